@@ -1,0 +1,1 @@
+//! Caudal operators.

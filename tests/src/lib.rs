@@ -1,0 +1,1 @@
+//! Caudal end-to-end tests.
