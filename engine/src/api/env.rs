@@ -1,0 +1,276 @@
+//! `StreamEnv`: where a job starts; builds the graph and executes it.
+
+use super::stream::{DataStream, Graph};
+use crate::config::JobConfig;
+use crate::graph::{JobPlan, NodeKind};
+use crate::metrics::{MetricsRegistry, OperatorSnapshot};
+use crate::runtime::chain::Fanout;
+use crate::runtime::executor::{build_tasks, compile, spawn, JobControl};
+use crate::runtime::task::{SourceRunner, SourceTaskSettings};
+use crate::source::{
+    Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
+};
+use crate::types::Data;
+use crate::{Error, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Called with the operators' counters every `progress_interval`.
+pub type ProgressFn = Box<dyn Fn(&[OperatorSnapshot], Duration) + Send>;
+
+/// The entry point of a job: sources start here, `execute` runs the graph.
+///
+/// # Examples
+/// ```
+/// use caudal::{StreamEnv, testing::CollectSink};
+/// let env = StreamEnv::new();
+/// let (sink, results) = CollectSink::new();
+/// env.from_iter("numbers", 1..=10_i64)
+///     .map(|n| n * n)
+///     .filter(|n| n % 2 == 0)
+///     .sink("collect", move |_| Ok(sink.clone()));
+/// env.execute("squares").unwrap();
+/// let mut got = results.lock().clone();
+/// got.sort();
+/// assert_eq!(got, vec![4, 16, 36, 64, 100]);
+/// ```
+pub struct StreamEnv {
+    graph: Graph,
+    config: JobConfig,
+    metrics: Arc<MetricsRegistry>,
+    control: JobControl,
+    progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for StreamEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamEnv")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Default for StreamEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Stops a running job cleanly (as Ctrl-C does): sources end, sinks flush.
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<std::sync::atomic::AtomicBool>);
+
+impl StopHandle {
+    /// Ask the job to stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    /// Every operator's final counters.
+    pub operators: Vec<OperatorSnapshot>,
+    /// Wall-clock duration of the run.
+    pub elapsed: Duration,
+}
+
+impl JobResult {
+    /// The final counters of the operator named `name`.
+    pub fn operator(&self, name: &str) -> Option<&OperatorSnapshot> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+}
+
+impl StreamEnv {
+    /// An environment with the default configuration (and `CAUDAL__*` overrides ignored).
+    pub fn new() -> Self {
+        Self::with_config(JobConfig::default())
+    }
+
+    /// An environment with `config`.
+    pub fn with_config(config: JobConfig) -> Self {
+        StreamEnv {
+            graph: Graph::default(),
+            config,
+            metrics: Arc::new(MetricsRegistry::default()),
+            control: JobControl::default(),
+            progress: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// The job's counters, readable while it runs.
+    pub fn metrics(&self) -> Arc<MetricsRegistry> {
+        self.metrics.clone()
+    }
+
+    /// A handle that stops the job cleanly from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.control.stop.clone())
+    }
+
+    /// Call `f` with the counters every `config.progress_interval`.
+    pub fn on_progress(&mut self, f: impl Fn(&[OperatorSnapshot], Duration) + Send + 'static) {
+        self.progress = Some(Box::new(f));
+    }
+
+    /// Add a source with a watermark strategy.
+    pub fn source<S: Source>(
+        &self,
+        name: &str,
+        source: S,
+        watermarks: WatermarkStrategy<S::Out>,
+    ) -> DataStream<S::Out> {
+        let source = Arc::new(source);
+        let node = self.graph.borrow_mut().add(
+            name,
+            NodeKind::Source(Box::new(
+                move |ctx: SourceContext, metrics, config: &JobConfig, targets| {
+                    let reader = source.create_reader(&ctx, None)?;
+                    let settings = SourceTaskSettings {
+                        ctx,
+                        timestamp: watermarks.timestamp.clone(),
+                        out_of_orderness: watermarks.out_of_orderness,
+                        idle_timeout: watermarks.idle_timeout,
+                        batch_size: config.batch_size,
+                        linger: config.linger,
+                        metrics,
+                    };
+                    Ok(
+                        Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
+                            as Box<dyn crate::runtime::task::SourceTask>,
+                    )
+                },
+            )),
+            Vec::new(),
+        );
+        DataStream::new(self.graph.clone(), node)
+    }
+
+    /// A bounded source over a collection, read by one subtask, without event time.
+    pub fn from_iter<T, I>(&self, name: &str, items: I) -> DataStream<T>
+    where
+        T: Data + Sync,
+        I: IntoIterator<Item = T>,
+    {
+        let items: Vec<T> = items.into_iter().collect();
+        self.source(
+            name,
+            IterSource {
+                items: Arc::new(items),
+            },
+            WatermarkStrategy::none(),
+        )
+        .parallelism(1)
+    }
+
+    /// The plan: operators, parallelism, chaining and edges.
+    pub fn plan(&self, job_name: &str) -> Result<JobPlan> {
+        self.config.validate()?;
+        Ok(compile(&self.graph.borrow(), &self.config, job_name)?.plan)
+    }
+
+    /// Run the job until its bounded input ends, it is stopped, or a task fails.
+    pub fn execute(self, job_name: &str) -> Result<JobResult> {
+        self.config.validate()?;
+        let started = Instant::now();
+        let graph = self.graph.borrow();
+        let compiled = compile(&graph, &self.config, job_name)?;
+        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics)?;
+        drop(graph);
+        if self.config.handle_signals {
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                // A second signal exits at once; the first asks for a clean stop.
+                signal_hook::flag::register_conditional_shutdown(
+                    sig,
+                    130,
+                    self.control.stop.clone(),
+                )
+                .map_err(|e| Error::io("installing the signal handler", e))?;
+                signal_hook::flag::register(sig, self.control.stop.clone())
+                    .map_err(|e| Error::io("installing the signal handler", e))?;
+            }
+        }
+        let handles = spawn(tasks, &self.control, None)?;
+        let mut last_progress = Instant::now();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+            if let (Some(every), Some(f)) = (self.config.progress_interval, &self.progress) {
+                if last_progress.elapsed() >= every {
+                    last_progress = Instant::now();
+                    f(&self.metrics.snapshot(), started.elapsed());
+                }
+            }
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+        if let Some(e) = self.control.failure.lock().take() {
+            return Err(e);
+        }
+        Ok(JobResult {
+            operators: self.metrics.snapshot(),
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+struct IterSource<T> {
+    items: Arc<Vec<T>>,
+}
+
+impl<T: Data + Sync> Source for IterSource<T> {
+    type Out = T;
+
+    fn create_reader(
+        &self,
+        _ctx: &SourceContext,
+        position: Option<&[u8]>,
+    ) -> Result<Box<dyn SourceReader<T>>> {
+        let next = match position {
+            Some(p) if p.len() == 8 => {
+                u64::from_le_bytes([p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]]) as usize
+            }
+            _ => 0,
+        };
+        Ok(Box::new(IterReader {
+            items: self.items.clone(),
+            next,
+        }))
+    }
+}
+
+struct IterReader<T> {
+    items: Arc<Vec<T>>,
+    next: usize,
+}
+
+impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
+    fn splits(&self) -> usize {
+        1
+    }
+
+    fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourcePoll> {
+        let n = out.capacity_left().min(self.items.len() - self.next);
+        for item in &self.items[self.next..self.next + n] {
+            out.collect(0, item.clone());
+        }
+        self.next += n;
+        Ok(if self.next >= self.items.len() {
+            SourcePoll::Finished
+        } else {
+            SourcePoll::Ready
+        })
+    }
+
+    fn position(&self) -> Result<Vec<u8>> {
+        Ok((self.next as u64).to_le_bytes().to_vec())
+    }
+}

@@ -1,0 +1,5 @@
+//! The DataStream API: how a job builds its graph.
+
+pub(crate) mod env;
+pub(crate) mod functions;
+pub(crate) mod stream;

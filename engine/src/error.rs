@@ -1,0 +1,100 @@
+//! The engine's error type.
+
+use std::fmt;
+
+/// Where an error happened: the task, the operator and the subtask.
+#[derive(Debug, Clone, Default)]
+pub struct TaskLocation {
+    /// The task (chain of operators) name.
+    pub task: String,
+    /// The operator inside the chain, when known.
+    pub operator: String,
+    /// The subtask index.
+    pub subtask: u32,
+}
+
+impl fmt::Display for TaskLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task `{}` subtask {}", self.task, self.subtask)?;
+        if !self.operator.is_empty() {
+            write!(f, ", operator `{}`", self.operator)?;
+        }
+        Ok(())
+    }
+}
+
+/// Errors of the engine. Classified so the job manager can choose between restart and fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The job was built or configured wrongly: fix the job or its flags.
+    #[error("invalid configuration `{setting}`: {message}")]
+    Config {
+        /// The setting (flag or key) at fault.
+        setting: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// The job graph cannot run as built.
+    #[error("invalid job graph: {0}")]
+    Graph(String),
+    /// A user function or operator failed; restartable.
+    #[error("{location}: {message}")]
+    Task {
+        /// Where it failed.
+        location: TaskLocation,
+        /// The cause.
+        message: String,
+    },
+    /// A user function panicked.
+    #[error("{location}: panicked: {message}")]
+    Panic {
+        /// Where it panicked.
+        location: TaskLocation,
+        /// The panic message.
+        message: String,
+    },
+    /// An external system failed (file system, network, storage); usually retryable.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other operator error, with its message.
+    #[error("{0}")]
+    Operator(String),
+    /// The job was cancelled.
+    #[error("job cancelled")]
+    Cancelled,
+}
+
+impl Error {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A configuration error naming the setting.
+    pub fn config(setting: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            setting: setting.into(),
+            message: message.into(),
+        }
+    }
+
+    /// True when a restart may help (external failures, task failures).
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            Error::Config { .. } | Error::Graph(_) | Error::Cancelled
+        )
+    }
+}
+
+/// The engine's result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

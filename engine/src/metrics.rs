@@ -1,0 +1,187 @@
+//! Counters per operator and subtask, shared between tasks, the progress line and the REST API.
+//!
+//! Counters are relaxed atomics updated once per batch, never per record.
+
+use crate::types::{Timestamp, MIN_WATERMARK};
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Metric names, in one place.
+pub mod names {
+    /// Records that arrived after their window was cleaned up.
+    pub const LATE_RECORDS: &str = "late_records";
+    /// Windows fired (results emitted).
+    pub const WINDOWS_FIRED: &str = "windows_fired";
+}
+
+/// The counters of one operator subtask.
+#[derive(Debug)]
+pub struct SubtaskMetrics {
+    /// Records into the operator.
+    pub records_in: AtomicU64,
+    /// Records out of the operator.
+    pub records_out: AtomicU64,
+    /// The operator's current input watermark.
+    pub watermark: AtomicI64,
+    /// Nanoseconds spent processing.
+    pub busy_ns: AtomicU64,
+    /// Nanoseconds spent blocked on a full output channel.
+    pub backpressured_ns: AtomicU64,
+    custom: Mutex<BTreeMap<&'static str, Arc<AtomicU64>>>,
+}
+
+impl Default for SubtaskMetrics {
+    fn default() -> Self {
+        SubtaskMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            watermark: AtomicI64::new(MIN_WATERMARK),
+            busy_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            custom: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl SubtaskMetrics {
+    /// A named counter of this subtask (created on first use; keep the handle).
+    pub fn counter(&self, name: &'static str) -> Arc<AtomicU64> {
+        self.custom.lock().entry(name).or_default().clone()
+    }
+
+    /// The current value of every custom counter.
+    pub fn custom_values(&self) -> BTreeMap<String, u64> {
+        self.custom
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    pub(crate) fn add_in(&self, n: usize) {
+        self.records_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_out(&self, n: usize) {
+        self.records_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_watermark(&self, wm: Timestamp) {
+        self.watermark.store(wm, Ordering::Relaxed);
+    }
+}
+
+/// Every operator's counters, in graph order.
+#[derive(Debug, Default)]
+pub struct MetricsRegistry {
+    operators: Mutex<Vec<OperatorEntry>>,
+}
+
+#[derive(Debug)]
+struct OperatorEntry {
+    id: u32,
+    name: String,
+    kind: &'static str,
+    subtasks: Vec<Arc<SubtaskMetrics>>,
+}
+
+/// A point-in-time copy of one operator's counters, summed over subtasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorSnapshot {
+    /// Operator id.
+    pub id: u32,
+    /// Operator name.
+    pub name: String,
+    /// `source`, `operator` or `sink`.
+    pub kind: &'static str,
+    /// Records in, over all subtasks.
+    pub records_in: u64,
+    /// Records out, over all subtasks.
+    pub records_out: u64,
+    /// The minimum watermark over subtasks.
+    pub watermark: Timestamp,
+    /// Per subtask: records in, records out, watermark.
+    pub subtasks: Vec<SubtaskSnapshot>,
+    /// Custom counters, summed over subtasks.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// One subtask's counters.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubtaskSnapshot {
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// Input watermark.
+    pub watermark: Timestamp,
+    /// Nanoseconds busy.
+    pub busy_ns: u64,
+    /// Nanoseconds backpressured.
+    pub backpressured_ns: u64,
+}
+
+impl MetricsRegistry {
+    /// Register an operator with `parallelism` subtasks; returns their counters.
+    pub fn register(
+        &self,
+        id: u32,
+        name: &str,
+        kind: &'static str,
+        parallelism: u32,
+    ) -> Vec<Arc<SubtaskMetrics>> {
+        let subtasks: Vec<_> = (0..parallelism)
+            .map(|_| Arc::new(SubtaskMetrics::default()))
+            .collect();
+        self.operators.lock().push(OperatorEntry {
+            id,
+            name: name.to_string(),
+            kind,
+            subtasks: subtasks.clone(),
+        });
+        subtasks
+    }
+
+    /// A copy of every operator's counters.
+    pub fn snapshot(&self) -> Vec<OperatorSnapshot> {
+        let ops = self.operators.lock();
+        ops.iter()
+            .map(|op| {
+                let subtasks: Vec<SubtaskSnapshot> = op
+                    .subtasks
+                    .iter()
+                    .map(|s| SubtaskSnapshot {
+                        records_in: s.records_in.load(Ordering::Relaxed),
+                        records_out: s.records_out.load(Ordering::Relaxed),
+                        watermark: s.watermark.load(Ordering::Relaxed),
+                        busy_ns: s.busy_ns.load(Ordering::Relaxed),
+                        backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
+                    })
+                    .collect();
+                let mut counters = BTreeMap::new();
+                for s in &op.subtasks {
+                    for (k, v) in s.custom_values() {
+                        *counters.entry(k).or_insert(0) += v;
+                    }
+                }
+                OperatorSnapshot {
+                    id: op.id,
+                    name: op.name.clone(),
+                    kind: op.kind,
+                    records_in: subtasks.iter().map(|s| s.records_in).sum(),
+                    records_out: subtasks.iter().map(|s| s.records_out).sum(),
+                    watermark: subtasks
+                        .iter()
+                        .map(|s| s.watermark)
+                        .min()
+                        .unwrap_or(MIN_WATERMARK),
+                    subtasks,
+                    counters,
+                }
+            })
+            .collect()
+    }
+}

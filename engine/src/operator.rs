@@ -1,0 +1,130 @@
+//! The operator traits: how user logic plugs into the engine.
+//!
+//! An operator is one trait with one required method (`process_batch`) and no-op hooks.
+//! Stateless map/filter/flat_map are closures the engine wraps; keyed windows and
+//! connectors implement the full trait in `caudal-operators`.
+
+use crate::metrics::SubtaskMetrics;
+use crate::types::{Batch, CheckpointId, Data, Timestamp};
+use crate::Result;
+use std::sync::Arc;
+
+/// What an operator instance knows about where it runs.
+#[derive(Debug, Clone)]
+pub struct OperatorContext {
+    /// The job's name.
+    pub job_name: String,
+    /// The operator's name in the graph.
+    pub operator_name: String,
+    /// This instance's index, `0..parallelism`.
+    pub subtask: u32,
+    /// How many instances run.
+    pub parallelism: u32,
+    /// The number of key groups of the job.
+    pub max_parallelism: u32,
+    /// The key groups this instance owns (meaningful for keyed operators).
+    pub key_groups: std::ops::Range<u16>,
+    /// The current input watermark.
+    pub watermark: Timestamp,
+    /// This instance's counters, shared with the metrics registry.
+    pub metrics: Arc<SubtaskMetrics>,
+}
+
+/// A stream operator: batches in, batches out.
+///
+/// `out` is a buffer the engine drains after each call; an operator may push any number of
+/// records to it (the engine splits them into batches).
+pub trait Operator: Send + 'static {
+    /// The input element type.
+    type In: Data;
+    /// The output element type.
+    type Out: Data;
+
+    /// Process one batch of input records.
+    fn process_batch(
+        &mut self,
+        batch: Batch<Self::In>,
+        out: &mut Batch<Self::Out>,
+        ctx: &mut OperatorContext,
+    ) -> Result<()>;
+
+    /// Called once before the first record.
+    fn on_start(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// The input watermark advanced to `watermark` (`ctx.watermark` holds it too).
+    fn on_watermark(
+        &mut self,
+        _watermark: Timestamp,
+        _out: &mut Batch<Self::Out>,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint barrier passed: return this operator's state snapshot, if it has state.
+    fn snapshot(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    /// Restore from a snapshot taken by [`Operator::snapshot`] (one blob per old subtask).
+    fn restore(&mut self, _snapshots: Vec<Vec<u8>>, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` is complete: commit what was pre-committed for it.
+    fn on_checkpoint_complete(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The input ended (or the job stops): flush and release resources.
+    fn on_close(&mut self, _out: &mut Batch<Self::Out>, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A sink: the end of a stream. Sinks flush at barriers and commit on checkpoint completion.
+pub trait Sink: Send + 'static {
+    /// The element type written.
+    type In: Data;
+
+    /// Write one batch.
+    fn write_batch(&mut self, batch: Batch<Self::In>, ctx: &mut OperatorContext) -> Result<()>;
+
+    /// Called once before the first record.
+    fn on_start(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Barrier of `checkpoint`: flush and pre-commit; return the pending-commit handles.
+    fn pre_commit(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    /// Checkpoint `checkpoint` is complete: commit everything pre-committed up to it.
+    fn on_checkpoint_complete(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The input ended or the job stops: flush and close.
+    fn on_close(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,260 @@
+//! Chained operators inside one task: type-erased nodes that pass batches by value.
+//!
+//! A batch crosses a node boundary as `Box<dyn Any>` (one downcast per batch, never per
+//! record). Fan-out to several consumers clones the batch for all but the last.
+
+use crate::error::TaskLocation;
+use crate::operator::{Operator, OperatorContext, Sink};
+use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, Timestamp};
+use crate::{Error, Result};
+use std::any::Any;
+use std::time::Instant;
+
+/// A batch of some `Record<T>` type, boxed.
+pub(crate) type AnyBatch = Box<dyn Any + Send>;
+
+/// Snapshots taken at a barrier, by operator name.
+pub(crate) type SnapshotSink<'a> = &'a mut Vec<(String, Vec<u8>)>;
+
+/// A node of a task's operator tree.
+pub(crate) trait ChainNode: Send {
+    fn open(&mut self) -> Result<()>;
+    fn process(&mut self, batch: AnyBatch) -> Result<()>;
+    fn watermark(&mut self, wm: Timestamp) -> Result<()>;
+    fn idle(&mut self) -> Result<()>;
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()>;
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()>;
+    /// End of input: close, flush and propagate `End`.
+    fn end(&mut self) -> Result<()>;
+}
+
+/// The typed fan-out of a node to its consumers.
+pub(crate) struct Fanout<T> {
+    targets: Vec<Box<dyn ChainNode>>,
+    _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T: Data> Fanout<T> {
+    pub(crate) fn new(targets: Vec<Box<dyn ChainNode>>) -> Self {
+        Fanout {
+            targets,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    pub(crate) fn push(&mut self, batch: Batch<T>) -> Result<()> {
+        match self.targets.len() {
+            0 => Ok(()),
+            1 => self.targets[0].process(Box::new(batch)),
+            n => {
+                for t in &mut self.targets[..n - 1] {
+                    t.process(Box::new(batch.clone()))?;
+                }
+                self.targets[n - 1].process(Box::new(batch))
+            }
+        }
+    }
+
+    pub(crate) fn each(
+        &mut self,
+        mut f: impl FnMut(&mut dyn ChainNode) -> Result<()>,
+    ) -> Result<()> {
+        for t in &mut self.targets {
+            f(t.as_mut())?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn downcast<T: Data>(batch: AnyBatch, ctx: &OperatorContext) -> Result<Batch<T>> {
+    batch
+        .downcast::<Batch<T>>()
+        .map(|b| *b)
+        .map_err(|_| Error::Task {
+            location: location(ctx),
+            message: format!(
+                "internal: batch of unexpected type (expected {})",
+                std::any::type_name::<T>()
+            ),
+        })
+}
+
+pub(crate) fn location(ctx: &OperatorContext) -> TaskLocation {
+    TaskLocation {
+        task: ctx.operator_name.clone(),
+        operator: ctx.operator_name.clone(),
+        subtask: ctx.subtask,
+    }
+}
+
+/// Adds the operator's location to an error that has none.
+pub(crate) fn in_operator(e: Error, ctx: &OperatorContext) -> Error {
+    match e {
+        Error::Task { .. } | Error::Panic { .. } | Error::Cancelled => e,
+        other => Error::Task {
+            location: location(ctx),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// An [`Operator`] with its output buffer and consumers.
+pub(crate) struct OperatorNode<O: Operator> {
+    op: O,
+    ctx: OperatorContext,
+    out: Batch<O::Out>,
+    fanout: Fanout<O::Out>,
+}
+
+impl<O: Operator> OperatorNode<O> {
+    pub(crate) fn new(op: O, ctx: OperatorContext, targets: Vec<Box<dyn ChainNode>>) -> Self {
+        OperatorNode {
+            op,
+            ctx,
+            out: Vec::new(),
+            fanout: Fanout::new(targets),
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let out = std::mem::take(&mut self.out);
+        self.ctx.metrics.add_out(out.len());
+        self.fanout.push(out)
+    }
+}
+
+impl<O: Operator> ChainNode for OperatorNode<O> {
+    fn open(&mut self) -> Result<()> {
+        self.op
+            .on_start(&mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.fanout.each(|t| t.open())
+    }
+
+    fn process(&mut self, batch: AnyBatch) -> Result<()> {
+        let batch = downcast::<O::In>(batch, &self.ctx)?;
+        self.ctx.metrics.add_in(batch.len());
+        let start = Instant::now();
+        self.op
+            .process_batch(batch, &mut self.out, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.ctx.metrics.busy_ns.fetch_add(
+            start.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.flush()
+    }
+
+    fn watermark(&mut self, wm: Timestamp) -> Result<()> {
+        self.ctx.watermark = wm;
+        self.ctx.metrics.set_watermark(wm);
+        self.op
+            .on_watermark(wm, &mut self.out, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.flush()?;
+        self.fanout.each(|t| t.watermark(wm))
+    }
+
+    fn idle(&mut self) -> Result<()> {
+        self.fanout.each(|t| t.idle())
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
+        self.flush()?;
+        if let Some(s) = self
+            .op
+            .snapshot(barrier.id, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?
+        {
+            snapshots.push((self.ctx.operator_name.clone(), s));
+        }
+        self.fanout.each(|t| t.barrier(barrier, snapshots))
+    }
+
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        self.op
+            .on_checkpoint_complete(id, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.fanout.each(|t| t.checkpoint_complete(id))
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.op
+            .on_close(&mut self.out, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.flush()?;
+        self.fanout.each(|t| t.end())
+    }
+}
+
+/// A [`Sink`] at the end of a chain.
+pub(crate) struct SinkNode<S: Sink> {
+    sink: S,
+    ctx: OperatorContext,
+}
+
+impl<S: Sink> SinkNode<S> {
+    pub(crate) fn new(sink: S, ctx: OperatorContext) -> Self {
+        SinkNode { sink, ctx }
+    }
+}
+
+impl<S: Sink> ChainNode for SinkNode<S> {
+    fn open(&mut self) -> Result<()> {
+        self.sink
+            .on_start(&mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))
+    }
+
+    fn process(&mut self, batch: AnyBatch) -> Result<()> {
+        let batch = downcast::<S::In>(batch, &self.ctx)?;
+        let n = batch.len();
+        self.ctx.metrics.add_in(n);
+        let start = Instant::now();
+        self.sink
+            .write_batch(batch, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.ctx.metrics.busy_ns.fetch_add(
+            start.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.ctx.metrics.add_out(n);
+        Ok(())
+    }
+
+    fn watermark(&mut self, wm: Timestamp) -> Result<()> {
+        self.ctx.watermark = wm;
+        self.ctx.metrics.set_watermark(wm);
+        Ok(())
+    }
+
+    fn idle(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
+        if let Some(s) = self
+            .sink
+            .pre_commit(barrier.id, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))?
+        {
+            snapshots.push((self.ctx.operator_name.clone(), s));
+        }
+        Ok(())
+    }
+
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        self.sink
+            .on_checkpoint_complete(id, &mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.sink
+            .on_close(&mut self.ctx)
+            .map_err(|e| in_operator(e, &self.ctx))
+    }
+}

@@ -1,0 +1,402 @@
+//! Compiles the logical graph into tasks (chaining, channels) and runs them, a thread each.
+
+use super::chain::ChainNode;
+use super::exchange::ChannelMessage;
+use super::task::{InputGate, SourceTask, TaskCommand, TaskEnv};
+use crate::config::JobConfig;
+use crate::error::TaskLocation;
+use crate::graph::{
+    EdgeKind, GraphBuilder, JobPlan, NodeId, NodeKind, PartitionMode, PlanEdge, PlanNode,
+};
+use crate::keygroup::key_group_range;
+use crate::metrics::{MetricsRegistry, SubtaskMetrics};
+use crate::operator::OperatorContext;
+use crate::source::SourceContext;
+use crate::types::MIN_WATERMARK;
+use crate::{Error, Result};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The graph with parallelism and chaining decided.
+pub(crate) struct Compiled {
+    pub(crate) plan: JobPlan,
+    parallelism: Vec<u32>,
+    /// Per node: (consumer, input index).
+    outputs: Vec<Vec<(NodeId, usize)>>,
+    /// Per node and input: chained?
+    chained: Vec<Vec<bool>>,
+    heads: Vec<NodeId>,
+}
+
+pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Result<Compiled> {
+    let n = graph.nodes.len();
+    if n == 0 {
+        return Err(Error::Graph(
+            "the job has no operators: add a source and a sink".into(),
+        ));
+    }
+    let mut parallelism = Vec::with_capacity(n);
+    for node in &graph.nodes {
+        let p = node.parallelism.unwrap_or(config.parallelism);
+        if p == 0 {
+            return Err(Error::config(
+                format!("{}.parallelism", node.name),
+                "must be at least 1",
+            ));
+        }
+        if p > config.max_parallelism {
+            return Err(Error::config(
+                format!("{}.parallelism", node.name),
+                format!("{p} exceeds max_parallelism {}", config.max_parallelism),
+            ));
+        }
+        parallelism.push(p);
+    }
+    let mut outputs = vec![Vec::new(); n];
+    let mut chained = Vec::with_capacity(n);
+    for (v, node) in graph.nodes.iter().enumerate() {
+        let mut c = Vec::new();
+        for (k, e) in node.inputs.iter().enumerate() {
+            outputs[e.from].push((v, k));
+            c.push(
+                node.inputs.len() == 1
+                    && e.kind == EdgeKind::Forward
+                    && parallelism[e.from] == parallelism[v],
+            );
+        }
+        chained.push(c);
+    }
+    let mut has_consumer = vec![false; n];
+    for outs in &outputs {
+        for (v, _) in outs {
+            has_consumer[*v] = true;
+        }
+    }
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if !matches!(node.kind, NodeKind::Sink(_)) && outputs[i].is_empty() {
+            return Err(Error::Graph(format!(
+                "operator `{}` has no consumer: add a sink",
+                node.name
+            )));
+        }
+    }
+    let heads: Vec<NodeId> = (0..n)
+        .filter(|&v| !(chained[v].len() == 1 && chained[v][0]))
+        .collect();
+    let mut task_of = vec![0; n];
+    for v in 0..n {
+        task_of[v] = if chained[v].len() == 1 && chained[v][0] {
+            task_of[graph.nodes[v].inputs[0].from]
+        } else {
+            v
+        };
+    }
+    let plan = JobPlan {
+        job: job.to_string(),
+        max_parallelism: config.max_parallelism,
+        operators: graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| PlanNode {
+                id: i,
+                name: node.name.clone(),
+                kind: node.kind.label(),
+                parallelism: parallelism[i],
+                task: task_of[i],
+            })
+            .collect(),
+        edges: graph
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(v, node)| {
+                let chained = &chained;
+                node.inputs.iter().enumerate().map(move |(k, e)| PlanEdge {
+                    from: e.from,
+                    to: v,
+                    partitioning: e.kind,
+                    chained: chained[v][k],
+                })
+            })
+            .collect(),
+    };
+    Ok(Compiled {
+        plan,
+        parallelism,
+        outputs,
+        chained,
+        heads,
+    })
+}
+
+fn mode(kind: EdgeKind, p_from: u32, p_to: u32) -> PartitionMode {
+    match kind {
+        EdgeKind::Hash => PartitionMode::Hash,
+        EdgeKind::Forward if p_from == p_to => PartitionMode::Forward,
+        _ => PartitionMode::Rebalance,
+    }
+}
+
+/// A task ready to run on its own thread.
+pub(crate) enum Runnable {
+    Source(Box<dyn SourceTask>),
+    Gate(InputGate, Box<dyn ChainNode>),
+}
+
+pub(crate) struct PhysicalTask {
+    pub(crate) name: String,
+    pub(crate) subtask: u32,
+    pub(crate) runnable: Runnable,
+    pub(crate) commands: Sender<TaskCommand>,
+    pub(crate) command_rx: Receiver<TaskCommand>,
+}
+
+/// Builds every subtask of every task on the calling thread (factories are not `Send`).
+pub(crate) fn build_tasks(
+    graph: &GraphBuilder,
+    compiled: &Compiled,
+    config: &JobConfig,
+    job: &str,
+    metrics: &MetricsRegistry,
+) -> Result<Vec<PhysicalTask>> {
+    let p = &compiled.parallelism;
+    let node_metrics: Vec<Vec<Arc<SubtaskMetrics>>> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| metrics.register(i as u32, &node.name, node.kind.label(), p[i]))
+        .collect();
+    let capacity = (config.channel_capacity / config.batch_size).max(1);
+    // senders[(v, k)][i] = senders of upstream subtask i; receivers[v][j] = inputs of subtask j.
+    let mut senders: HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>> = HashMap::new();
+    let mut receivers: Vec<Vec<Vec<Receiver<ChannelMessage>>>> = (0..graph.nodes.len())
+        .map(|v| (0..p[v]).map(|_| Vec::new()).collect())
+        .collect();
+    for (v, node) in graph.nodes.iter().enumerate() {
+        for (k, e) in node.inputs.iter().enumerate() {
+            if compiled.chained[v][k] {
+                continue;
+            }
+            let (pu, pv) = (p[e.from], p[v]);
+            let m = mode(e.kind, pu, pv);
+            let mut per_upstream = Vec::with_capacity(pu as usize);
+            for i in 0..pu {
+                let mut out = Vec::new();
+                let targets: Vec<u32> = if m == PartitionMode::Forward {
+                    vec![i]
+                } else {
+                    (0..pv).collect()
+                };
+                for j in targets {
+                    let (tx, rx) = bounded(capacity);
+                    out.push(tx);
+                    receivers[v][j as usize].push(rx);
+                }
+                per_upstream.push(out);
+            }
+            senders.insert((v, k), per_upstream);
+        }
+    }
+
+    let builder = ChainBuilder {
+        graph,
+        compiled,
+        config,
+        job,
+        node_metrics: &node_metrics,
+        senders: &senders,
+    };
+    let mut tasks = Vec::new();
+    for &h in &compiled.heads {
+        for i in 0..p[h] {
+            let name = graph.nodes[h].name.clone();
+            let runnable = match &graph.nodes[h].kind {
+                NodeKind::Source(factory) => {
+                    let targets = builder.targets(h, i)?;
+                    let ctx = SourceContext {
+                        operator_name: name.clone(),
+                        subtask: i,
+                        parallelism: p[h],
+                    };
+                    Runnable::Source(factory(
+                        ctx,
+                        node_metrics[h][i as usize].clone(),
+                        config,
+                        targets,
+                    )?)
+                }
+                _ => {
+                    let head = builder.build(h, i)?;
+                    let gate = InputGate::new(std::mem::take(&mut receivers[h][i as usize]));
+                    Runnable::Gate(gate, head)
+                }
+            };
+            let (commands, command_rx) = unbounded();
+            tasks.push(PhysicalTask {
+                name,
+                subtask: i,
+                runnable,
+                commands,
+                command_rx,
+            });
+        }
+    }
+    Ok(tasks)
+}
+
+struct ChainBuilder<'a> {
+    graph: &'a GraphBuilder,
+    compiled: &'a Compiled,
+    config: &'a JobConfig,
+    job: &'a str,
+    node_metrics: &'a [Vec<Arc<SubtaskMetrics>>],
+    senders: &'a HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>>,
+}
+
+impl ChainBuilder<'_> {
+    fn targets(&self, n: NodeId, i: u32) -> Result<Vec<Box<dyn ChainNode>>> {
+        let mut targets = Vec::new();
+        for &(v, k) in &self.compiled.outputs[n] {
+            if self.compiled.chained[v][k] {
+                targets.push(self.build(v, i)?);
+            } else {
+                let e = &self.graph.nodes[v].inputs[k];
+                let m = mode(
+                    e.kind,
+                    self.compiled.parallelism[n],
+                    self.compiled.parallelism[v],
+                );
+                let senders = self
+                    .senders
+                    .get(&(v, k))
+                    .and_then(|s| s.get(i as usize))
+                    .cloned()
+                    .unwrap_or_default();
+                targets.push((e.make_output)(
+                    m,
+                    senders,
+                    self.config.batch_size,
+                    self.config.max_parallelism,
+                    self.node_metrics[n][i as usize].clone(),
+                ));
+            }
+        }
+        Ok(targets)
+    }
+
+    fn build(&self, n: NodeId, i: u32) -> Result<Box<dyn ChainNode>> {
+        let node = &self.graph.nodes[n];
+        let p = self.compiled.parallelism[n];
+        let ctx = OperatorContext {
+            job_name: self.job.to_string(),
+            operator_name: node.name.clone(),
+            subtask: i,
+            parallelism: p,
+            max_parallelism: self.config.max_parallelism,
+            key_groups: key_group_range(i, self.config.max_parallelism, p),
+            watermark: MIN_WATERMARK,
+            metrics: self.node_metrics[n][i as usize].clone(),
+        };
+        let targets = self.targets(n, i)?;
+        match &node.kind {
+            NodeKind::Operator(f) | NodeKind::Sink(f) => f(ctx, targets),
+            NodeKind::Source(_) => Err(Error::Graph(format!(
+                "source `{}` cannot have an input",
+                node.name
+            ))),
+        }
+    }
+}
+
+/// The first failure of a job, and the flags every task watches.
+#[derive(Clone, Default)]
+pub(crate) struct JobControl {
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) failure: Arc<Mutex<Option<Error>>>,
+}
+
+impl JobControl {
+    pub(crate) fn fail(&self, e: Error) {
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            *f = Some(e);
+        }
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Spawns the tasks; returns their join handles.
+pub(crate) fn spawn(
+    tasks: Vec<PhysicalTask>,
+    control: &JobControl,
+    acks: Option<Sender<super::task::CheckpointAck>>,
+) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut handles = Vec::new();
+    for t in tasks {
+        let env = TaskEnv {
+            task: t.name.clone(),
+            subtask: t.subtask,
+            commands: t.command_rx,
+            acks: acks.clone(),
+            stop: control.stop.clone(),
+            cancel: control.cancel.clone(),
+        };
+        let control = control.clone();
+        let thread_name = format!("{} #{}", t.name, t.subtask);
+        let runnable = t.runnable;
+        let h = std::thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || {
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match runnable {
+                        Runnable::Source(mut s) => s.run(&env),
+                        Runnable::Gate(gate, mut head) => gate.run(head.as_mut(), &env),
+                    }));
+                let location = TaskLocation {
+                    task: env.task.clone(),
+                    operator: String::new(),
+                    subtask: env.subtask,
+                };
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(Error::Cancelled)) => {}
+                    Ok(Err(Error::Task {
+                        location: mut l,
+                        message,
+                    })) => {
+                        l.task = env.task.clone();
+                        control.fail(Error::Task {
+                            location: l,
+                            message,
+                        });
+                    }
+                    Ok(Err(e)) => control.fail(Error::Task {
+                        location,
+                        message: e.to_string(),
+                    }),
+                    Err(p) => control.fail(Error::Panic {
+                        location,
+                        message: panic_message(p.as_ref()),
+                    }),
+                }
+            })
+            .map_err(|e| Error::io("spawning a task thread", e))?;
+        handles.push(h);
+    }
+    Ok(handles)
+}

@@ -1,0 +1,6 @@
+//! The runtime: chains, channels, task loops and the executor.
+
+pub(crate) mod chain;
+pub(crate) mod exchange;
+pub(crate) mod executor;
+pub(crate) mod task;

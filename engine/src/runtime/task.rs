@@ -1,0 +1,415 @@
+//! Task loops: a source task polls its reader; every other task reads its input gate.
+//! Both drive a chain of operators and obey commands (checkpoint, complete, cancel).
+
+use super::chain::{AnyBatch, ChainNode, Fanout};
+use super::exchange::ChannelMessage;
+use crate::metrics::SubtaskMetrics;
+use crate::source::{
+    SourceContext, SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn,
+};
+use crate::types::{
+    Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK,
+    MIN_WATERMARK,
+};
+use crate::{Error, Result};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Commands the job sends to a running task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskCommand {
+    /// Sources only: take checkpoint `barrier.id` now.
+    TriggerCheckpoint(CheckpointBarrier),
+    /// Checkpoint complete: commit.
+    CheckpointComplete(CheckpointId),
+}
+
+/// A task's acknowledgement of a checkpoint, with the snapshots of its operators.
+#[derive(Debug)]
+pub(crate) struct CheckpointAck {
+    pub(crate) checkpoint: CheckpointId,
+    pub(crate) task: String,
+    pub(crate) subtask: u32,
+    /// Source position, for source tasks.
+    pub(crate) source_position: Option<Vec<u8>>,
+    /// (operator name, snapshot) for stateful operators of the chain.
+    pub(crate) snapshots: Vec<(String, Vec<u8>)>,
+}
+
+/// What every task loop shares with the job.
+#[derive(Clone)]
+pub(crate) struct TaskEnv {
+    pub(crate) task: String,
+    pub(crate) subtask: u32,
+    pub(crate) commands: Receiver<TaskCommand>,
+    pub(crate) acks: Option<Sender<CheckpointAck>>,
+    /// Graceful stop (Ctrl-C, stop-with-savepoint): sources end their streams.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Hard cancel (a task failed): every loop returns as soon as it can.
+    pub(crate) cancel: Arc<AtomicBool>,
+}
+
+impl TaskEnv {
+    fn ack(
+        &self,
+        checkpoint: CheckpointId,
+        source_position: Option<Vec<u8>>,
+        snapshots: Vec<(String, Vec<u8>)>,
+    ) {
+        if let Some(acks) = &self.acks {
+            // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
+            let _ = acks.send(CheckpointAck {
+                checkpoint,
+                task: self.task.clone(),
+                subtask: self.subtask,
+                source_position,
+                snapshots,
+            });
+        }
+    }
+}
+
+/// A runnable source task (type-erased).
+pub(crate) trait SourceTask: Send {
+    fn run(&mut self, env: &TaskEnv) -> Result<()>;
+}
+
+/// Settings of a source task loop.
+pub(crate) struct SourceTaskSettings<T> {
+    pub(crate) ctx: SourceContext,
+    pub(crate) timestamp: Option<TimestampFn<T>>,
+    pub(crate) out_of_orderness: Duration,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) batch_size: usize,
+    pub(crate) linger: Duration,
+    pub(crate) metrics: Arc<SubtaskMetrics>,
+}
+
+pub(crate) struct SourceRunner<T: Data> {
+    reader: Box<dyn SourceReader<T>>,
+    settings: SourceTaskSettings<T>,
+    fanout: Fanout<T>,
+    buf: Batch<T>,
+    clocks: SplitWatermarks,
+    last_wm: Timestamp,
+    idle: bool,
+}
+
+impl<T: Data> SourceRunner<T> {
+    pub(crate) fn new(
+        reader: Box<dyn SourceReader<T>>,
+        settings: SourceTaskSettings<T>,
+        fanout: Fanout<T>,
+    ) -> Self {
+        let clocks = SplitWatermarks::new(
+            reader.splits(),
+            settings.out_of_orderness,
+            settings.idle_timeout,
+        );
+        SourceRunner {
+            reader,
+            settings,
+            fanout,
+            buf: Vec::new(),
+            clocks,
+            last_wm: MIN_WATERMARK,
+            idle: false,
+        }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(self.settings.batch_size));
+        self.settings.metrics.add_out(batch.len());
+        self.fanout.push(batch)
+    }
+
+    fn emit_watermark(&mut self, now: Instant) -> Result<()> {
+        if self.settings.timestamp.is_none() {
+            return Ok(());
+        }
+        match self.clocks.current(now) {
+            Some(wm) if wm > self.last_wm || (self.idle && wm >= self.last_wm) => {
+                self.last_wm = wm;
+                self.idle = false;
+                self.settings.metrics.set_watermark(wm);
+                self.fanout.each(|t| t.watermark(wm))
+            }
+            Some(_) => Ok(()),
+            None if !self.idle => {
+                self.idle = true;
+                self.fanout.each(|t| t.idle())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn handle(&mut self, cmd: TaskCommand, env: &TaskEnv) -> Result<()> {
+        match cmd {
+            TaskCommand::TriggerCheckpoint(barrier) => {
+                self.flush()?;
+                let position = self.reader.position()?;
+                let mut snapshots = Vec::new();
+                self.fanout.each(|t| t.barrier(barrier, &mut snapshots))?;
+                env.ack(barrier.id, Some(position), snapshots);
+                Ok(())
+            }
+            TaskCommand::CheckpointComplete(id) => {
+                self.reader.on_checkpoint_complete(id)?;
+                self.fanout.each(|t| t.checkpoint_complete(id))
+            }
+        }
+    }
+
+    fn finish(&mut self, final_watermark: bool) -> Result<()> {
+        self.flush()?;
+        if final_watermark {
+            self.settings.metrics.set_watermark(MAX_WATERMARK);
+            self.fanout.each(|t| t.watermark(MAX_WATERMARK))?;
+        }
+        self.fanout.each(|t| t.end())
+    }
+}
+
+impl<T: Data> SourceTask for SourceRunner<T> {
+    fn run(&mut self, env: &TaskEnv) -> Result<()> {
+        self.fanout.each(|t| t.open())?;
+        let mut first_buffered: Option<Instant> = None;
+        loop {
+            loop {
+                match env.commands.try_recv() {
+                    Ok(cmd) => self.handle(cmd, env)?,
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            if env.cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            if env.stop.load(Ordering::Relaxed) {
+                return self.finish(false);
+            }
+            let now = Instant::now();
+            let poll = {
+                let mut out = SourceOutput {
+                    batch: &mut self.buf,
+                    capacity: self.settings.batch_size,
+                    timestamp: self.settings.timestamp.as_ref(),
+                    clocks: &mut self.clocks,
+                    now,
+                };
+                self.reader.poll(&mut out)?
+            };
+            match poll {
+                SourcePoll::Ready => {
+                    if self.buf.is_empty() {
+                        continue;
+                    }
+                    let first = *first_buffered.get_or_insert(now);
+                    if self.buf.len() >= self.settings.batch_size
+                        || now.duration_since(first) >= self.settings.linger
+                    {
+                        self.flush()?;
+                        first_buffered = None;
+                        self.emit_watermark(now)?;
+                    }
+                }
+                SourcePoll::Pending(wait) => {
+                    self.flush()?;
+                    first_buffered = None;
+                    self.emit_watermark(now)?;
+                    match env
+                        .commands
+                        .recv_timeout(wait.min(Duration::from_millis(50)))
+                    {
+                        Ok(cmd) => self.handle(cmd, env)?,
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => {
+                            std::thread::sleep(wait.min(Duration::from_millis(50)))
+                        }
+                    }
+                }
+                SourcePoll::Finished => return self.finish(true),
+            }
+        }
+    }
+}
+
+struct InputChannel {
+    rx: Receiver<ChannelMessage>,
+    watermark: Timestamp,
+    idle: bool,
+    ended: bool,
+    blocked: bool,
+}
+
+/// The receiving side of a task: merges its input channels, tracks the minimum watermark
+/// over active inputs and aligns checkpoint barriers.
+pub(crate) struct InputGate {
+    inputs: Vec<InputChannel>,
+    watermark: Timestamp,
+    idle: bool,
+    aligning: Option<(CheckpointBarrier, usize)>,
+}
+
+impl InputGate {
+    pub(crate) fn new(receivers: Vec<Receiver<ChannelMessage>>) -> Self {
+        let inputs = receivers
+            .into_iter()
+            .map(|rx| InputChannel {
+                rx,
+                watermark: MIN_WATERMARK,
+                idle: false,
+                ended: false,
+                blocked: false,
+            })
+            .collect();
+        InputGate {
+            inputs,
+            watermark: MIN_WATERMARK,
+            idle: false,
+            aligning: None,
+        }
+    }
+
+    /// Run `head` until every input ended (Ok) or the job is cancelled.
+    pub(crate) fn run(mut self, head: &mut dyn ChainNode, env: &TaskEnv) -> Result<()> {
+        head.open()?;
+        if self.inputs.is_empty() {
+            return head.end();
+        }
+        loop {
+            if env.cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            let mut sel = Select::new();
+            let mut index = Vec::with_capacity(self.inputs.len());
+            for (i, input) in self.inputs.iter().enumerate() {
+                if !input.ended && !input.blocked {
+                    sel.recv(&input.rx);
+                    index.push(i);
+                }
+            }
+            let control = sel.recv(&env.commands);
+            let op = match sel.select_timeout(Duration::from_millis(200)) {
+                Ok(op) => op,
+                Err(_) => continue,
+            };
+            if op.index() == control {
+                match op.recv(&env.commands) {
+                    Ok(TaskCommand::CheckpointComplete(id)) => head.checkpoint_complete(id)?,
+                    Ok(TaskCommand::TriggerCheckpoint(_)) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+                continue;
+            }
+            let i = index[op.index()];
+            let msg = match op.recv(&self.inputs[i].rx) {
+                Ok(m) => m,
+                Err(_) => {
+                    // The upstream task went away without End: it failed or was cancelled.
+                    return Err(Error::Cancelled);
+                }
+            };
+            if self.on_message(i, msg, head, env)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Returns true when every input has ended.
+    fn on_message(
+        &mut self,
+        i: usize,
+        msg: StreamMessage<AnyBatch>,
+        head: &mut dyn ChainNode,
+        env: &TaskEnv,
+    ) -> Result<bool> {
+        match msg {
+            StreamMessage::Data(batch) => head.process(batch)?,
+            StreamMessage::Watermark(wm) => {
+                let input = &mut self.inputs[i];
+                input.idle = false;
+                if wm > input.watermark {
+                    input.watermark = wm;
+                }
+                self.update_watermark(head)?;
+            }
+            StreamMessage::Idle => {
+                self.inputs[i].idle = true;
+                self.update_watermark(head)?;
+            }
+            StreamMessage::Barrier(barrier) => {
+                self.inputs[i].blocked = true;
+                let seen = match self.aligning {
+                    Some((b, n)) if b.id == barrier.id => n + 1,
+                    _ => 1,
+                };
+                self.aligning = Some((barrier, seen));
+                self.maybe_complete_alignment(head, env)?;
+            }
+            StreamMessage::End => {
+                self.inputs[i].ended = true;
+                self.inputs[i].blocked = false;
+                if self.inputs.iter().all(|c| c.ended) {
+                    head.end()?;
+                    return Ok(true);
+                }
+                self.update_watermark(head)?;
+                self.maybe_complete_alignment(head, env)?;
+            }
+        }
+        Ok(false)
+    }
+
+    fn maybe_complete_alignment(&mut self, head: &mut dyn ChainNode, env: &TaskEnv) -> Result<()> {
+        let Some((barrier, seen)) = self.aligning else {
+            return Ok(());
+        };
+        let live = self.inputs.iter().filter(|c| !c.ended).count();
+        let blocked = self.inputs.iter().filter(|c| c.blocked && !c.ended).count();
+        if seen >= live && blocked >= live {
+            let mut snapshots = Vec::new();
+            head.barrier(barrier, &mut snapshots)?;
+            env.ack(barrier.id, None, snapshots);
+            self.aligning = None;
+            for c in &mut self.inputs {
+                c.blocked = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn update_watermark(&mut self, head: &mut dyn ChainNode) -> Result<()> {
+        let mut min = MAX_WATERMARK;
+        let mut active = 0;
+        let mut open = 0;
+        for c in &self.inputs {
+            if c.ended {
+                continue;
+            }
+            open += 1;
+            if c.idle {
+                continue;
+            }
+            active += 1;
+            min = min.min(c.watermark);
+        }
+        if open > 0 && active == 0 {
+            if !self.idle {
+                self.idle = true;
+                head.idle()?;
+            }
+            return Ok(());
+        }
+        self.idle = false;
+        if min > self.watermark {
+            self.watermark = min;
+            head.watermark(min)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! The values that travel between tasks: records, batches and in-band events.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Event time in milliseconds since the Unix epoch.
+pub type Timestamp = i64;
+
+/// The smallest watermark: nothing is known yet.
+pub const MIN_WATERMARK: Timestamp = i64::MIN;
+/// The final watermark of a bounded stream: every window fires.
+pub const MAX_WATERMARK: Timestamp = i64::MAX;
+
+/// A record with its event timestamp. Operators see `value`; the engine keeps `ts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record<T> {
+    /// Event time assigned at the source (or [`MIN_WATERMARK`] when the stream has none).
+    pub ts: Timestamp,
+    /// The user's value.
+    pub value: T,
+}
+
+impl<T> Record<T> {
+    /// A record at event time `ts`.
+    pub fn new(ts: Timestamp, value: T) -> Self {
+        Record { ts, value }
+    }
+}
+
+/// Records travel in batches; a batch never exceeds the configured batch size.
+pub type Batch<T> = Vec<Record<T>>;
+
+/// The element bound of a stream: what a record must be to cross threads and processes.
+pub trait Data: Clone + Send + fmt::Debug + 'static {}
+impl<T: Clone + Send + fmt::Debug + 'static> Data for T {}
+
+/// The bound of a key: hashed stably into a key group, compared, cloned into state.
+pub trait Key: Data + std::hash::Hash + Eq + Ord {}
+impl<T: Data + std::hash::Hash + Eq + Ord> Key for T {}
+
+macro_rules! id_newtype {
+    ($(#[$m:meta])* $name:ident($inner:ty), $prefix:literal) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub struct $name(pub $inner);
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_newtype!(
+    /// A logical operator of the job graph.
+    OperatorId(u32), "op-"
+);
+id_newtype!(
+    /// The index of one parallel instance of an operator.
+    SubtaskIndex(u32), "#"
+);
+id_newtype!(
+    /// A checkpoint, numbered from 1 within a job.
+    CheckpointId(u64), "chk-"
+);
+
+/// The barrier of checkpoint `id`, injected at the sources and aligned at every task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointBarrier {
+    /// The checkpoint this barrier belongs to.
+    pub id: CheckpointId,
+    /// Wall-clock time of the trigger, milliseconds since the epoch.
+    pub triggered_at: i64,
+}
+
+/// What travels on every channel: data and the in-band events, in order.
+#[derive(Debug, Clone)]
+pub enum StreamMessage<B> {
+    /// A batch of records.
+    Data(B),
+    /// No record with a smaller timestamp follows on this channel.
+    Watermark(Timestamp),
+    /// The channel has no data for now: exclude it from the watermark minimum.
+    Idle,
+    /// Checkpoint barrier: everything before it belongs to the checkpoint.
+    Barrier(CheckpointBarrier),
+    /// The channel is finished.
+    End,
+}
