@@ -2,6 +2,7 @@
 //! arbitrary bytes against the decoders (an error or a value, never a panic).
 
 #![allow(deprecated)] // `to_avro_datum` / `from_avro_datum`: the reference on purpose.
+#![allow(clippy::unwrap_used)] // test helpers
 
 use apache_avro::types::Value;
 use apache_avro::{from_avro_datum, from_value, to_avro_datum};

@@ -5,6 +5,8 @@
 //! Without the variable the tests print why and pass, unless `CAUDAL_REQUIRE_STACK` is
 //! set (CI), in which case they fail.
 
+#![allow(clippy::unwrap_used)] // test helpers
+
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
