@@ -1,0 +1,626 @@
+#!/usr/bin/env bash
+# Caudal's test stack on loopback: Apache Kafka (KRaft, one node), a Confluent-compatible schema
+# registry (Apicurio), PostgreSQL, Redis and an S3 server (moto).
+#
+#   scripts/services.sh start  [SERVICE...]   start (idempotent), wait until ready, print addresses
+#   scripts/services.sh stop   [SERVICE...]   stop what this script started; leaves no process
+#   scripts/services.sh status [SERVICE...]   up/down and address of each (exit 3 if one is down)
+#   scripts/services.sh env                   print the exports of the running stack (stack.env)
+#   scripts/services.sh restart [SERVICE...]  stop then start
+#
+# SERVICE: kafka registry postgres redis s3 (default: all). See scripts/README.md.
+set -euo pipefail
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${CAUDAL_CACHE:-$HOME/.cache/caudal}
+STACK=${CAUDAL_STACK_DIR:-$HOME/.cache/caudal/stack}
+VENV=${CAUDAL_VENV:-$CACHE/venv}
+HOST=127.0.0.1
+TIMEOUT=${CAUDAL_STACK_TIMEOUT:-180}          # seconds per service to become ready
+
+KAFKA_PORT=${CAUDAL_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${CAUDAL_KAFKA_CONTROLLER_PORT:-19093}
+REGISTRY_PORT=${CAUDAL_REGISTRY_PORT:-18081}
+POSTGRES_PORT=${CAUDAL_POSTGRES_PORT:-15432}
+REDIS_PORT=${CAUDAL_REDIS_PORT:-16379}
+S3_PORT=${CAUDAL_S3_PORT:-19000}
+S3_BUCKET=${CAUDAL_S3_BUCKET:-caudal}
+
+KAFKA_VERSION=${CAUDAL_KAFKA_VERSION:-4.1.1}
+KAFKA_HEAP=${CAUDAL_KAFKA_HEAP:-512m}
+APICURIO_VERSION=2.4.2.Final                  # must match scripts/registry/pom.xml
+KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
+REGISTRY_HOME=$CACHE/apicurio-registry-$APICURIO_VERSION
+M2=$CACHE/m2
+MVN_SETTINGS=$SCRIPTS_DIR/maven-settings.xml
+
+ALL_SERVICES=(postgres redis s3 kafka registry)
+
+# ---------------------------------------------------------------------------------------------
+say()  { printf '%s\n' "$*"; }
+info() { printf 'services: %s\n' "$*"; }
+warn() { printf 'services: %s\n' "$*" >&2; }
+die()  { printf 'services: ERROR: %s\n' "$*" >&2; exit 1; }
+
+read_pid() { [[ -f $1 ]] && head -n1 "$1" | tr -dc '0-9' || true; }
+alive()    { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+cmdline()  { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+port_owner() { # pid listening on the port, if ss can tell
+  command -v ss >/dev/null 2>&1 || return 0
+  ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2 || true
+}
+
+svc_port() {
+  case $1 in
+    kafka) echo "$KAFKA_PORT" ;; registry) echo "$REGISTRY_PORT" ;; postgres) echo "$POSTGRES_PORT" ;;
+    redis) echo "$REDIS_PORT" ;; s3) echo "$S3_PORT" ;;
+  esac
+}
+svc_dir() { echo "$STACK/$1"; }
+svc_log() {
+  case $1 in
+    postgres) echo "$STACK/postgres/postgres.log" ;;
+    *) echo "$STACK/$1/$1.log" ;;
+  esac
+}
+svc_pidfile() {
+  case $1 in
+    postgres) echo "$STACK/postgres/data/postmaster.pid" ;;
+    *) echo "$STACK/$1/$1.pid" ;;
+  esac
+}
+# The port a running instance was started with (a later call may run with other env values).
+running_port() { local f="$STACK/$1/port"; if [[ -f $f ]]; then cat "$f"; else svc_port "$1"; fi; }
+svc_addr() {
+  local p; p=$(running_port "$1")
+  case $1 in
+    kafka) echo "$HOST:$p" ;;
+    registry) echo "http://$HOST:$p/apis/ccompat/v7" ;;
+    postgres) echo "postgres://caudal@$HOST:$p/caudal" ;;
+    redis) echo "redis://$HOST:$p/" ;;
+    s3) echo "http://$HOST:$p" ;;
+  esac
+}
+# What the process of each service must look like (guards against a recycled pid).
+svc_marker() {
+  case $1 in
+    kafka) echo "$STACK/kafka/server.properties" ;;
+    registry) echo "-Dcaudal.stack=$STACK" ;;
+    postgres) echo "postgres" ;;
+    redis) echo "redis-server" ;;
+    s3) echo "moto_server" ;;
+  esac
+}
+svc_pid() { # pid of our running instance, or nothing
+  local pid; pid=$(read_pid "$(svc_pidfile "$1")")
+  alive "$pid" || return 0
+  [[ $(cmdline "$pid") == *"$(svc_marker "$1")"* ]] && echo "$pid" || true
+}
+is_running() { [[ -n $(svc_pid "$1") ]]; }
+
+tail_log() {
+  local log; log=$(svc_log "$1")
+  if [[ -s $log ]]; then
+    warn "last lines of $log:"
+    tail -n "${2:-40}" "$log" | sed 's/^/    /' >&2
+  else
+    warn "(no log at $log)"
+  fi
+}
+
+# Start a long-running process detached from this shell (own session, no stdin), print its pid.
+launch() { # LOG CMD...
+  local log=$1; shift
+  setsid "$@" </dev/null >>"$log" 2>&1 9>&- &
+  echo $!
+}
+
+# ---------------------------------------------------------------------------------------------
+# Prerequisites
+
+need_install=0
+check_tools() {
+  local s
+  for s in "$@"; do
+    case $s in
+      kafka|registry) command -v java >/dev/null && command -v mvn >/dev/null || need_install=1 ;;
+      redis) command -v redis-server >/dev/null && command -v redis-cli >/dev/null || need_install=1 ;;
+      postgres) [[ -n $(pg_bindir) ]] && command -v psql >/dev/null || need_install=1 ;;
+    esac
+  done
+  base_python >/dev/null || need_install=1
+  if ((need_install)); then
+    [[ ${CAUDAL_NO_INSTALL:-0} == 1 ]] && die "missing tools; run scripts/install-deps.sh"
+    info "installing missing system packages (scripts/install-deps.sh)"
+    "$SCRIPTS_DIR/install-deps.sh"
+  fi
+}
+
+base_python() {
+  local p
+  for p in "${CAUDAL_BASE_PYTHON:-}" /usr/bin/python3 "$(command -v python3 || true)"; do
+    [[ -n $p && -x $p ]] && "$p" -c 'import venv, ensurepip' >/dev/null 2>&1 && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+ensure_venv() {
+  local req="$SCRIPTS_DIR/stack-requirements.txt" stamp="$VENV/.caudal-requirements.sha256" want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then return 0; fi
+  local py; py=$(base_python) || die "no python3 with the venv module (apt-get install python3-venv)"
+  info "creating the Python venv $VENV (moto, confluent-kafka; downloads from PyPI)"
+  local log="$CACHE/venv-install.log"
+  mkdir -p "$CACHE"
+  if [[ ! -x $VENV/bin/python ]]; then rm -rf "$VENV"; "$py" -m venv "$VENV" >"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "python -m venv $VENV failed"; }; fi
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >>"$log" 2>&1; then
+    tail -n 30 "$log" >&2; die "pip install -r $req failed (log: $log)"
+  fi
+  echo "$want" >"$stamp"
+}
+
+java_bin() {
+  local j=${JAVA_HOME:+$JAVA_HOME/bin/java}; j=${j:-java}
+  local v; v=$("$j" -version 2>&1 | head -n1 | sed -E 's/.*version "([0-9]+).*/\1/')
+  [[ $v =~ ^[0-9]+$ && $v -ge 17 ]] || die "Java 17+ needed (found: $("$j" -version 2>&1 | head -n1))"
+  echo "$j"
+}
+
+# Runs Maven on a copy of a module folder inside the cache (the clone stays clean).
+mvn_build() { # SRC_DIR BUILD_DIR LOG [MVN ARGS...]
+  local src=$1 build=$2 log=$3; shift 3
+  rm -rf "$build"; mkdir -p "$build"; cp -r "$src/." "$build/"
+  if ! mvn -B -q -s "$MVN_SETTINGS" -Dmaven.repo.local="$M2" -f "$build/pom.xml" "$@" package >"$log" 2>&1; then
+    grep -E 'ERROR' "$log" | head -n 15 >&2 || tail -n 30 "$log" >&2
+    die "Maven build of $src failed (log: $log)"
+  fi
+}
+
+src_hash() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1; }
+
+# ---------------------------------------------------------------------------------------------
+# Kafka
+
+kafka_prepare() {
+  local libs="$KAFKA_HOME/libs" want
+  want="$(src_hash "$SCRIPTS_DIR/kafka")-$KAFKA_VERSION"
+  if [[ -f $libs/kafka_2.13-$KAFKA_VERSION.jar && $(cat "$KAFKA_HOME/.stamp" 2>/dev/null) == "$want" ]]; then
+    return 0
+  fi
+  info "fetching Apache Kafka $KAFKA_VERSION jars from Maven Central into $libs"
+  mkdir -p "$KAFKA_HOME"
+  rm -rf "$libs.tmp"
+  mvn_build "$SCRIPTS_DIR/kafka" "$KAFKA_HOME/build" "$KAFKA_HOME/build.log" \
+    -Dkafka.version="$KAFKA_VERSION" -Dlibs.dir="$libs.tmp"
+  [[ -f $libs.tmp/kafka_2.13-$KAFKA_VERSION.jar ]] || die "kafka_2.13-$KAFKA_VERSION.jar missing after the Maven fetch"
+  rm -rf "$libs"; mv "$libs.tmp" "$libs"; rm -rf "$KAFKA_HOME/build"
+  echo "$want" >"$KAFKA_HOME/.stamp"
+}
+
+kafka_config() {
+  local d="$STACK/kafka"
+  mkdir -p "$d/data"
+  cat >"$d/server.properties" <<EOF
+# generated by scripts/services.sh -- edits are overwritten at each start
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$d/data
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+transaction.max.timeout.ms=3600000
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+log.flush.interval.messages=9223372036854775807
+EOF
+  cat >"$d/log4j2.properties" <<'EOF'
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+EOF
+}
+
+kafka_launch() {
+  local d="$STACK/kafka" java cp
+  java=$(java_bin); cp="$KAFKA_HOME/libs/*"
+  kafka_config
+  if [[ ! -f $d/data/meta.properties ]]; then
+    local id
+    id=$(cat "$d/cluster.id" 2>/dev/null || "$java" -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n1)
+    echo "$id" >"$d/cluster.id"
+    "$java" -Dlog4j2.configurationFile="$d/log4j2.properties" -cp "$cp" kafka.tools.StorageTool \
+      format -t "$id" -c "$d/server.properties" --ignore-formatted >>"$d/kafka.log" 2>&1 \
+      || { tail_log kafka; die "kafka storage format failed"; }
+  fi
+  launch "$d/kafka.log" "$java" -Xms256m -Xmx"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$d/log4j2.properties" \
+    -cp "$cp" kafka.Kafka "$d/server.properties" >"$d/kafka.pid"
+}
+
+kafka_ready() {
+  "$VENV/bin/python" - "$HOST:$KAFKA_PORT" <<'EOF' >/dev/null 2>&1
+import sys
+from confluent_kafka.admin import AdminClient
+md = AdminClient({"bootstrap.servers": sys.argv[1], "log_level": 0}).list_topics(timeout=3)
+sys.exit(0 if md.brokers else 1)
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# Schema registry: Apicurio Registry (ccompat API), assembled by scripts/registry/pom.xml
+
+registry_prepare() {
+  local app="$REGISTRY_HOME/app" want
+  want=$(src_hash "$SCRIPTS_DIR/registry")
+  if [[ -f $app/registry-runner.jar && $(cat "$REGISTRY_HOME/.stamp" 2>/dev/null) == "$want" ]]; then
+    return 0
+  fi
+  info "assembling Apicurio Registry $APICURIO_VERSION from Maven Central into $app"
+  mvn_build "$SCRIPTS_DIR/registry" "$REGISTRY_HOME/build" "$REGISTRY_HOME/build.log"
+  local t="$REGISTRY_HOME/build/target"
+  [[ -f $t/caudal-apicurio-registry-1-runner.jar ]] || die "registry runner jar missing after the build"
+  rm -rf "$app"; mkdir -p "$app"
+  mv "$t/caudal-apicurio-registry-1-runner.jar" "$app/registry-runner.jar"; mv "$t/lib" "$app/lib"
+  rm -rf "$REGISTRY_HOME/build"
+  echo "$want" >"$REGISTRY_HOME/.stamp"
+}
+
+registry_launch() {
+  local d="$STACK/registry" java
+  java=$(java_bin)
+  mkdir -p "$d/db"
+  launch "$d/registry.log" "$java" -Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dcaudal.stack="$STACK" \
+    -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dquarkus.banner.enabled=false -DLOG_LEVEL=WARN -DREGISTRY_LOG_LEVEL=WARN \
+    -DREGISTRY_DATASOURCE_URL="jdbc:h2:file:$d/db/registry" \
+    -Dquarkus.datasource.jdbc.initial-size=1 -Dquarkus.datasource.jdbc.min-size=1 \
+    -Dquarkus.datasource.jdbc.max-size=16 \
+    -jar "$REGISTRY_HOME/app/registry-runner.jar" >"$d/registry.pid"
+}
+
+registry_ready() { curl -sf -o /dev/null "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects"; }
+
+registry_post_start() {
+  # Confluent's default global compatibility is BACKWARD (Apicurio's is NONE): match Confluent.
+  curl -sf -o /dev/null -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
+    --data '{"compatibility":"BACKWARD"}' "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/config" \
+    || warn "could not set the registry's global compatibility to BACKWARD"
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+pg_bindir() {
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [[ -x $d/postgres && -x $d/pg_ctl && -x $d/initdb ]] && { echo "$d"; return 0; }
+  done
+  d=$(dirname "$(command -v pg_ctl 2>/dev/null || echo /nonexistent/x)")
+  [[ -x $d/postgres && -x $d/initdb ]] && echo "$d" || true
+}
+
+PG_RUN=()
+PG_USER_SYS=
+pg_user() { # PostgreSQL refuses to run as root: run it as a system user
+  if [[ $(id -u) -ne 0 ]]; then PG_RUN=(); PG_USER_SYS=$(id -un); return 0; fi
+  if id -u postgres >/dev/null 2>&1; then PG_USER_SYS=postgres
+  else
+    id -u caudalpg >/dev/null 2>&1 || useradd -r -M -d /nonexistent -s /usr/sbin/nologin caudalpg \
+      || die "could not create the system user caudalpg for PostgreSQL"
+    PG_USER_SYS=caudalpg
+  fi
+  PG_RUN=(runuser -u "$PG_USER_SYS" --)
+}
+
+pg_make_reachable() { # the server user must traverse every folder down to its data dir
+  local target="$STACK/postgres" path="" part
+  [[ $(id -u) -eq 0 ]] || return 0
+  "${PG_RUN[@]}" test -w "$target" 2>/dev/null && return 0
+  IFS=/ read -ra parts <<<"${target#/}"
+  for part in "${parts[@]}"; do
+    path="$path/$part"
+    [[ $path == "$target" ]] && break
+    if ! "${PG_RUN[@]}" test -x "$path" 2>/dev/null; then
+      chmod o+x "$path"
+      info "gave others traverse (x) permission on $path so that user $PG_USER_SYS reaches $target"
+    fi
+  done
+  "${PG_RUN[@]}" test -w "$target" || die "user $PG_USER_SYS cannot write $target"
+}
+
+postgres_prepare() {
+  local bin d="$STACK/postgres"
+  bin=$(pg_bindir); [[ -n $bin ]] || die "PostgreSQL server binaries not found (scripts/install-deps.sh)"
+  pg_user
+  mkdir -p "$d"
+  [[ $(id -u) -eq 0 ]] && chown "$PG_USER_SYS:" "$d"
+  pg_make_reachable
+  if [[ ! -f $d/data/PG_VERSION ]]; then
+    rm -rf "$d/data"
+    "${PG_RUN[@]}" "$bin/initdb" -D "$d/data" -U caudal --auth=trust -E UTF8 --no-locale \
+      >"$d/initdb.log" 2>&1 || { tail -n 20 "$d/initdb.log" >&2; die "initdb failed"; }
+    cat >>"$d/data/postgresql.conf" <<EOF
+
+# --- scripts/services.sh (test stack) ---
+listen_addresses = '$HOST'
+unix_socket_directories = '$d'
+max_connections = 200
+max_prepared_transactions = 64
+fsync = off
+full_page_writes = off
+synchronous_commit = off
+EOF
+  fi
+}
+
+postgres_launch() {
+  local bin d="$STACK/postgres"
+  bin=$(pg_bindir)
+  rm -f "$d/data/postmaster.pid.stale"
+  # pg_ctl starts the server detached; -W: do not wait here (readiness is checked below).
+  "${PG_RUN[@]}" "$bin/pg_ctl" -D "$d/data" -l "$d/postgres.log" -W \
+    -o "-p $POSTGRES_PORT -c listen_addresses=$HOST -c unix_socket_directories=$d" start \
+    >>"$d/pg_ctl.log" 2>&1 </dev/null 9>&- || { tail -n 20 "$d/pg_ctl.log" >&2; tail_log postgres; die "pg_ctl start failed"; }
+}
+
+postgres_ready() {
+  local bin; bin=$(pg_bindir)
+  "$bin/pg_isready" -q -h "$HOST" -p "$POSTGRES_PORT" -d postgres -U caudal 2>/dev/null
+}
+
+postgres_post_start() {
+  local has
+  has=$(psql -X -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -tAc \
+        "SELECT 1 FROM pg_database WHERE datname = 'caudal'" 2>/dev/null || true)
+  if [[ $has != 1 ]]; then
+    psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'CREATE DATABASE caudal' >/dev/null \
+      || die "could not create database caudal"
+  fi
+}
+
+postgres_stop() {
+  local bin d="$STACK/postgres"
+  bin=$(pg_bindir); pg_user
+  "${PG_RUN[@]}" "$bin/pg_ctl" -D "$d/data" -m fast -w -t 60 stop >>"$d/pg_ctl.log" 2>&1 </dev/null || true
+}
+
+# ---------------------------------------------------------------------------------------------
+# Redis
+
+redis_launch() {
+  local d="$STACK/redis"
+  mkdir -p "$d"
+  cat >"$d/redis.conf" <<EOF
+# generated by scripts/services.sh
+bind $HOST
+port $REDIS_PORT
+protected-mode yes
+daemonize yes
+pidfile $d/redis.pid
+logfile $d/redis.log
+dir $d
+save ""
+appendonly no
+EOF
+  rm -f "$d/redis.pid"
+  redis-server "$d/redis.conf" </dev/null >>"$d/redis.log" 2>&1 9>&- || { tail_log redis; die "redis-server failed to start"; }
+  local i; for i in $(seq 50); do [[ -s $d/redis.pid ]] && break; sleep 0.1; done
+}
+
+redis_ready() { [[ $(redis-cli -h "$HOST" -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+# ---------------------------------------------------------------------------------------------
+# S3 (moto)
+
+s3_launch() {
+  local d="$STACK/s3"
+  mkdir -p "$d"
+  launch "$d/s3.log" "$VENV/bin/moto_server" -H "$HOST" -p "$S3_PORT" >"$d/s3.pid"
+}
+
+s3_ready() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$HOST:$S3_PORT/" 2>/dev/null) == 200 ]]; }
+
+s3_post_start() {
+  "$VENV/bin/python" - "http://$HOST:$S3_PORT" "$S3_BUCKET" <<'EOF' || die "could not create the S3 bucket"
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="test",
+                  aws_secret_access_key="test", region_name="us-east-1")
+if sys.argv[2] not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+    s3.create_bucket(Bucket=sys.argv[2])
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+
+svc_prepare() {
+  case $1 in
+    kafka) kafka_prepare ;; registry) registry_prepare ;; postgres) postgres_prepare ;;
+    redis|s3) : ;;
+  esac
+}
+
+# Refuse to start over a port held by someone else.
+check_port_free() {
+  local s=$1 p owner
+  p=$(svc_port "$s")
+  port_open "$p" || return 0
+  owner=$(port_owner "$p")
+  die "$s: port $p on $HOST is already in use${owner:+ by pid $owner ($(cmdline "$owner" | cut -c1-120))}; stop it or set CAUDAL_${s^^}_PORT"
+}
+
+svc_stop() {
+  local s=$1 pid i
+  pid=$(svc_pid "$s")
+  [[ -n $pid ]] || { rm -f "$STACK/$s/port"; return 0; }
+  if [[ $s == postgres ]]; then postgres_stop; else kill -TERM "$pid" 2>/dev/null || true; fi
+  for i in $(seq 300); do alive "$pid" || break; sleep 0.1; done
+  if alive "$pid"; then
+    warn "$s (pid $pid) did not stop within 30 s: killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    [[ $s == postgres ]] && pkill -KILL -P "$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  [[ $s != postgres ]] && rm -f "$(svc_pidfile "$s")"
+  rm -f "$STACK/$s/port"
+}
+
+write_env() {
+  local f="$STACK/stack.env" s any=0
+  {
+    echo "# Caudal test stack ($(date -u +%FT%TZ)), written by scripts/services.sh"
+    for s in "${ALL_SERVICES[@]}"; do
+      is_running "$s" || continue
+      any=1
+      case $s in
+        kafka) echo "export CAUDAL_KAFKA_BROKERS=$(svc_addr kafka)" ;;
+        registry) echo "export CAUDAL_SCHEMA_REGISTRY=$(svc_addr registry)" ;;
+        postgres) echo "export CAUDAL_POSTGRES_URL=$(svc_addr postgres)" ;;
+        redis) echo "export CAUDAL_REDIS_URL=$(svc_addr redis)" ;;
+        s3)
+          echo "export CAUDAL_S3_ENDPOINT=$(svc_addr s3)"
+          echo "export CAUDAL_S3_BUCKET=$S3_BUCKET"
+          echo "export CAUDAL_S3_ACCESS_KEY_ID=test"
+          echo "export CAUDAL_S3_SECRET_ACCESS_KEY=test"
+          echo "export CAUDAL_S3_REGION=us-east-1"
+          ;;
+      esac
+    done
+    [[ -x $VENV/bin/python ]] && echo "export CAUDAL_PYTHON=$VENV/bin/python"
+    echo "export CAUDAL_STACK_DIR=$STACK"
+  } >"$f.tmp"
+  if ((any)); then mv "$f.tmp" "$f"; else rm -f "$f.tmp" "$f"; fi
+}
+
+print_status() { # -> 0 if all given services are up
+  local s rc=0 pid p owner
+  for s in "$@"; do
+    pid=$(svc_pid "$s")
+    if [[ -n $pid ]]; then
+      printf '%-9s up    %-45s pid %s\n' "$s" "$(svc_addr "$s")" "$pid"
+    else
+      rc=3
+      p=$(svc_port "$s"); owner=
+      port_open "$p" && owner=$(port_owner "$p")
+      if port_open "$p"; then
+        printf '%-9s down  %-45s port held by another process%s\n' "$s" "$(svc_addr "$s")" \
+          "${owner:+: pid $owner $(cmdline "$owner" | cut -c1-60)}"
+      else
+        printf '%-9s down  %s\n' "$s" "$(svc_addr "$s")"
+      fi
+    fi
+  done
+  return $rc
+}
+
+cmd_start() {
+  local s pid started=() t0 deadline log
+  check_tools "$@"
+  mkdir -p "$CACHE"
+  ensure_venv
+  for s in "$@"; do
+    mkdir -p "$STACK/$s"
+    if is_running "$s"; then continue; fi
+    svc_prepare "$s"
+  done
+  for s in "$@"; do is_running "$s" || check_port_free "$s"; done
+  # launch everything that is not running, then wait for all: the services boot in parallel
+  for s in "$@"; do
+    is_running "$s" && continue
+    log=$(svc_log "$s"); [[ -f $log ]] && mv -f "$log" "$log.1"   # keep the previous run's log
+    svc_port "$s" >"$STACK/$s/port"
+    case $s in
+      kafka) kafka_launch ;; registry) registry_launch ;; postgres) postgres_launch ;;
+      redis) redis_launch ;; s3) s3_launch ;;
+    esac
+    started+=("$s")
+  done
+  for s in "${started[@]}"; do
+    t0=$SECONDS; deadline=$((SECONDS + TIMEOUT))
+    while :; do
+      if "${s}_ready"; then break; fi
+      pid=$(read_pid "$(svc_pidfile "$s")")
+      if [[ $s != postgres ]] && ! alive "$pid"; then
+        tail_log "$s"; die "$s exited during startup"
+      fi
+      if ((SECONDS >= deadline)); then
+        tail_log "$s"; svc_stop "$s"; die "$s not ready after ${TIMEOUT}s (CAUDAL_STACK_TIMEOUT)"
+      fi
+      sleep 0.5
+    done
+    declare -F "${s}_post_start" >/dev/null && "${s}_post_start"
+    info "$s ready in $((SECONDS - t0))s"
+  done
+  write_env
+  print_status "$@" || true
+  say "env: $STACK/stack.env  (source it, or: eval \"\$(scripts/services.sh env)\")"
+}
+
+cmd_stop() {
+  local s leftovers pid
+  for s in "$@"; do svc_stop "$s"; done
+  write_env
+  # Anything of ours still alive? (processes whose command line names the stack folder)
+  leftovers=
+  for pid in $(pgrep -f -- "$STACK" 2>/dev/null || true); do
+    case $(cat "/proc/$pid/comm" 2>/dev/null) in
+      java|postgres|redis-server|python*|moto_server) leftovers+="$pid $(cmdline "$pid")"$'\n' ;;
+    esac
+  done
+  for s in "$@"; do
+    pid=$(svc_pid "$s")
+    [[ -n $pid ]] && leftovers+="$pid $(cmdline "$pid")"$'\n'
+  done
+  if [[ -n ${leftovers//[[:space:]]/} && $# -eq ${#ALL_SERVICES[@]} ]]; then
+    warn "processes left behind:"; printf '%s\n' "$leftovers" >&2; exit 1
+  fi
+  print_status "$@" || true
+}
+
+# ---------------------------------------------------------------------------------------------
+
+cmd=${1:-}; shift || true
+services=("$@")
+((${#services[@]})) || services=("${ALL_SERVICES[@]}")
+for s in "${services[@]}"; do
+  [[ " ${ALL_SERVICES[*]} " == *" $s "* ]] || die "unknown service '$s' (one of: ${ALL_SERVICES[*]})"
+done
+# keep the canonical order (start: postgres redis s3 kafka registry; stop: the reverse)
+ordered=(); for s in "${ALL_SERVICES[@]}"; do [[ " ${services[*]} " == *" $s "* ]] && ordered+=("$s"); done
+
+mkdir -p "$STACK"
+exec 9>"$STACK/.lock"
+case $cmd in
+  start|stop|restart) flock -w 900 9 || die "another services.sh holds $STACK/.lock" ;;
+esac
+
+case $cmd in
+  start) cmd_start "${ordered[@]}" ;;
+  stop)
+    rev=(); for ((i=${#ordered[@]}-1; i>=0; i--)); do rev+=("${ordered[i]}"); done
+    cmd_stop "${rev[@]}" ;;
+  restart)
+    rev=(); for ((i=${#ordered[@]}-1; i>=0; i--)); do rev+=("${ordered[i]}"); done
+    cmd_stop "${rev[@]}"; cmd_start "${ordered[@]}" ;;
+  status) print_status "${ordered[@]}" ;;
+  env) if [[ -f $STACK/stack.env ]]; then cat "$STACK/stack.env"; else die "stack not started ($STACK/stack.env missing)"; fi ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; [[ $cmd == -h || $cmd == --help || $cmd == help ]] || exit 2 ;;
+esac
