@@ -45,9 +45,8 @@ impl JobConfig {
                 continue;
             };
             let parse_u = |v: &str| -> Result<u64> {
-                v.parse::<u64>().map_err(|_| {
-                    Error::config(key.clone(), format!("expected a whole number, got `{v}`"))
-                })
+                v.parse::<u64>()
+                    .map_err(|_| Error::config(key.clone(), format!("expected a whole number, got `{v}`")))
             };
             match name {
                 "PARALLELISM" => self.parallelism = parse_u(&value)? as u32,
@@ -66,28 +65,19 @@ impl JobConfig {
             return Err(Error::config("parallelism", "must be at least 1"));
         }
         if self.max_parallelism == 0 || self.max_parallelism > u32::from(u16::MAX) {
-            return Err(Error::config(
-                "max_parallelism",
-                "must be between 1 and 65535",
-            ));
+            return Err(Error::config("max_parallelism", "must be between 1 and 65535"));
         }
         if self.parallelism > self.max_parallelism {
             return Err(Error::config(
                 "parallelism",
-                format!(
-                    "{} exceeds max_parallelism {}",
-                    self.parallelism, self.max_parallelism
-                ),
+                format!("{} exceeds max_parallelism {}", self.parallelism, self.max_parallelism),
             ));
         }
         if self.batch_size == 0 {
             return Err(Error::config("batch_size", "must be at least 1"));
         }
         if self.channel_capacity < self.batch_size {
-            return Err(Error::config(
-                "channel_capacity",
-                "must hold at least one batch (>= batch_size)",
-            ));
+            return Err(Error::config("channel_capacity", "must hold at least one batch (>= batch_size)"));
         }
         Ok(())
     }

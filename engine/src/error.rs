@@ -73,26 +73,17 @@ pub enum Error {
 impl Error {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+        Error::Io { context: context.into(), source }
     }
 
     /// A configuration error naming the setting.
     pub fn config(setting: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Config {
-            setting: setting.into(),
-            message: message.into(),
-        }
+        Error::Config { setting: setting.into(), message: message.into() }
     }
 
     /// True when a restart may help (external failures, task failures).
     pub fn is_retryable(&self) -> bool {
-        !matches!(
-            self,
-            Error::Config { .. } | Error::Graph(_) | Error::Cancelled
-        )
+        !matches!(self, Error::Config { .. } | Error::Graph(_) | Error::Cancelled)
     }
 }
 

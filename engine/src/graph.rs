@@ -29,13 +29,7 @@ pub(crate) type OperatorFactory =
 
 /// Builds the sending end of an edge, typed by the upstream element type.
 pub(crate) type OutputFactory = Arc<
-    dyn Fn(
-        PartitionMode,
-        Vec<Sender<ChannelMessage>>,
-        usize,
-        u32,
-        Arc<SubtaskMetrics>,
-    ) -> Box<dyn ChainNode>,
+    dyn Fn(PartitionMode, Vec<Sender<ChannelMessage>>, usize, u32, Arc<SubtaskMetrics>) -> Box<dyn ChainNode>,
 >;
 
 /// How an edge partitions, as declared by the API.
@@ -65,10 +59,7 @@ impl PartitionMode {
         max_parallelism: u32,
     ) -> Partitioner<T> {
         match (self, router) {
-            (PartitionMode::Hash, Some(r)) => Partitioner::Hash {
-                router: r.clone(),
-                max_parallelism,
-            },
+            (PartitionMode::Hash, Some(r)) => Partitioner::Hash { router: r.clone(), max_parallelism },
             (PartitionMode::Forward, _) => Partitioner::Forward,
             _ => Partitioner::Rebalance { next: 0 },
         }
@@ -112,12 +103,7 @@ pub(crate) struct GraphBuilder {
 
 impl GraphBuilder {
     pub(crate) fn add(&mut self, name: &str, kind: NodeKind, inputs: Vec<Edge>) -> NodeId {
-        self.nodes.push(Node {
-            name: name.to_string(),
-            parallelism: None,
-            kind,
-            inputs,
-        });
+        self.nodes.push(Node { name: name.to_string(), parallelism: None, kind, inputs });
         self.nodes.len() - 1
     }
 }

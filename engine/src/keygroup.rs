@@ -37,9 +37,7 @@ impl Hasher for StableHasher {
 
     fn write_u64(&mut self, i: u64) {
         // One multiply-xor round per word keeps integer keys fast.
-        self.0 = (self.0 ^ i)
-            .wrapping_mul(0x0000_0100_0000_01b3)
-            .rotate_left(29);
+        self.0 = (self.0 ^ i).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
     }
 
     fn write_u32(&mut self, i: u32) {
@@ -77,11 +75,7 @@ pub fn subtask_for_key_group(key_group: u16, max_parallelism: u32, parallelism: 
 }
 
 /// The key groups `[start, end)` owned by `subtask` of `parallelism`.
-pub fn key_group_range(
-    subtask: u32,
-    max_parallelism: u32,
-    parallelism: u32,
-) -> std::ops::Range<u16> {
+pub fn key_group_range(subtask: u32, max_parallelism: u32, parallelism: u32) -> std::ops::Range<u16> {
     let start = (subtask * max_parallelism).div_ceil(parallelism);
     let end = ((subtask + 1) * max_parallelism).div_ceil(parallelism);
     start as u16..end.min(max_parallelism) as u16
@@ -96,10 +90,7 @@ mod tests {
     fn hashing_is_stable() {
         // These values are part of the state format: changing them breaks restore.
         assert_eq!(key_group_of(&42u64, 128), key_group_of(&42u64, 128));
-        assert_eq!(
-            key_group_of("sensor-7", 128),
-            key_group_of(&"sensor-7".to_string(), 128)
-        );
+        assert_eq!(key_group_of("sensor-7", 128), key_group_of(&"sensor-7".to_string(), 128));
         let groups: Vec<u16> = (0u64..8).map(|k| key_group_of(&k, 128)).collect();
         assert_eq!(groups, pinned_groups());
     }

@@ -42,9 +42,5 @@ pub use config::JobConfig;
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use operator::{Operator, OperatorContext, Sink};
-pub use source::{
-    Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
-};
-pub use types::{
-    Batch, CheckpointBarrier, CheckpointId, Data, Key, Record, StreamMessage, Timestamp,
-};
+pub use source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
+pub use types::{Batch, CheckpointBarrier, CheckpointId, Data, Key, Record, StreamMessage, Timestamp};

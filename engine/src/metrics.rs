@@ -54,11 +54,7 @@ impl SubtaskMetrics {
 
     /// The current value of every custom counter.
     pub fn custom_values(&self) -> BTreeMap<String, u64> {
-        self.custom
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
-            .collect()
+        self.custom.lock().iter().map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect()
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -133,9 +129,7 @@ impl MetricsRegistry {
         kind: &'static str,
         parallelism: u32,
     ) -> Vec<Arc<SubtaskMetrics>> {
-        let subtasks: Vec<_> = (0..parallelism)
-            .map(|_| Arc::new(SubtaskMetrics::default()))
-            .collect();
+        let subtasks: Vec<_> = (0..parallelism).map(|_| Arc::new(SubtaskMetrics::default())).collect();
         self.operators.lock().push(OperatorEntry {
             id,
             name: name.to_string(),
@@ -173,11 +167,7 @@ impl MetricsRegistry {
                     kind: op.kind,
                     records_in: subtasks.iter().map(|s| s.records_in).sum(),
                     records_out: subtasks.iter().map(|s| s.records_out).sum(),
-                    watermark: subtasks
-                        .iter()
-                        .map(|s| s.watermark)
-                        .min()
-                        .unwrap_or(MIN_WATERMARK),
+                    watermark: subtasks.iter().map(|s| s.watermark).min().unwrap_or(MIN_WATERMARK),
                     subtasks,
                     counters,
                 }

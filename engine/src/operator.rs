@@ -64,11 +64,7 @@ pub trait Operator: Send + 'static {
     }
 
     /// A checkpoint barrier passed: return this operator's state snapshot, if it has state.
-    fn snapshot(
-        &mut self,
-        _checkpoint: CheckpointId,
-        _ctx: &mut OperatorContext,
-    ) -> Result<Option<Vec<u8>>> {
+    fn snapshot(&mut self, _checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<Option<Vec<u8>>> {
         Ok(None)
     }
 

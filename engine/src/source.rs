@@ -25,11 +25,15 @@ pub trait Source: Send + Sync + 'static {
     /// The element type produced.
     type Out: Data;
 
-    /// The reader of subtask `ctx.subtask`, restored from `position` when the job restores.
+    /// The reader of subtask `ctx.subtask`.
+    ///
+    /// `restored` holds the positions every subtask of the restored checkpoint reported
+    /// (empty on a fresh start); after a rescale a reader takes the splits it now owns from
+    /// whichever blob has them.
     fn create_reader(
         &self,
         ctx: &SourceContext,
-        position: Option<&[u8]>,
+        restored: &[Vec<u8>],
     ) -> Result<Box<dyn SourceReader<Self::Out>>>;
 }
 
@@ -86,11 +90,7 @@ impl<T> Clone for WatermarkStrategy<T> {
 impl<T> WatermarkStrategy<T> {
     /// No event time: records carry [`MIN_WATERMARK`]; only the final watermark is emitted.
     pub fn none() -> Self {
-        WatermarkStrategy {
-            timestamp: None,
-            out_of_orderness: Duration::ZERO,
-            idle_timeout: None,
-        }
+        WatermarkStrategy { timestamp: None, out_of_orderness: Duration::ZERO, idle_timeout: None }
     }
 
     /// Event time from `timestamp`, watermark = max seen − `out_of_orderness` − 1 ms per split.
@@ -108,11 +108,7 @@ impl<T> WatermarkStrategy<T> {
         out_of_orderness: Duration,
         timestamp: impl Fn(&T) -> Timestamp + Send + Sync + 'static,
     ) -> Self {
-        WatermarkStrategy {
-            timestamp: Some(Arc::new(timestamp)),
-            out_of_orderness,
-            idle_timeout: None,
-        }
+        WatermarkStrategy { timestamp: Some(Arc::new(timestamp)), out_of_orderness, idle_timeout: None }
     }
 
     /// Exclude a split from the watermark after it emitted nothing for `timeout`.
@@ -137,21 +133,10 @@ pub(crate) struct SplitWatermarks {
 }
 
 impl SplitWatermarks {
-    pub(crate) fn new(
-        n: usize,
-        out_of_orderness: Duration,
-        idle_timeout: Option<Duration>,
-    ) -> Self {
+    pub(crate) fn new(n: usize, out_of_orderness: Duration, idle_timeout: Option<Duration>) -> Self {
         let now = Instant::now();
         SplitWatermarks {
-            splits: vec![
-                SplitClock {
-                    max_ts: MIN_WATERMARK,
-                    last_active: now,
-                    finished: false
-                };
-                n
-            ],
+            splits: vec![SplitClock { max_ts: MIN_WATERMARK, last_active: now, finished: false }; n],
             delay_ms: i64::try_from(out_of_orderness.as_millis()).unwrap_or(i64::MAX),
             idle_timeout,
         }
@@ -159,14 +144,8 @@ impl SplitWatermarks {
 
     pub(crate) fn observe(&mut self, split: usize, ts: Timestamp, now: Instant) {
         if split >= self.splits.len() {
-            self.splits.resize(
-                split + 1,
-                SplitClock {
-                    max_ts: MIN_WATERMARK,
-                    last_active: now,
-                    finished: false,
-                },
-            );
+            self.splits
+                .resize(split + 1, SplitClock { max_ts: MIN_WATERMARK, last_active: now, finished: false });
         }
         let s = &mut self.splits[split];
         if ts > s.max_ts {
@@ -197,11 +176,7 @@ impl SplitWatermarks {
                 }
             }
             any_active = true;
-            let w = if s.max_ts == MIN_WATERMARK {
-                MIN_WATERMARK
-            } else {
-                s.max_ts - self.delay_ms - 1
-            };
+            let w = if s.max_ts == MIN_WATERMARK { MIN_WATERMARK } else { s.max_ts - self.delay_ms - 1 };
             wm = wm.min(w);
         }
         if all_finished {
@@ -268,8 +243,7 @@ mod tests {
     #[test]
     fn watermark_is_min_over_active_splits() {
         let t0 = Instant::now();
-        let mut w =
-            SplitWatermarks::new(2, Duration::from_millis(10), Some(Duration::from_secs(5)));
+        let mut w = SplitWatermarks::new(2, Duration::from_millis(10), Some(Duration::from_secs(5)));
         assert_eq!(w.current(t0), Some(MIN_WATERMARK));
         w.observe(0, 1000, t0);
         w.observe(1, 500, t0);

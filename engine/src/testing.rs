@@ -14,9 +14,7 @@ pub struct CollectSink<T> {
 
 impl<T> Clone for CollectSink<T> {
     fn clone(&self) -> Self {
-        CollectSink {
-            out: self.out.clone(),
-        }
+        CollectSink { out: self.out.clone() }
     }
 }
 

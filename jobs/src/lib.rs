@@ -1,1 +1,6 @@
-//! Caudal jobs.
+//! Caudal's job binaries and the pipelines they run.
+//!
+//! **In:** flags. **Out:** a running job. Each pipeline is a library function so tests and
+//! benchmarks build exactly the graph the binary runs.
+
+pub mod temperature;

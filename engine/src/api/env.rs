@@ -7,9 +7,7 @@ use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::runtime::chain::Fanout;
 use crate::runtime::executor::{build_tasks, compile, spawn, JobControl};
 use crate::runtime::task::{SourceRunner, SourceTaskSettings};
-use crate::source::{
-    Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
-};
+use crate::source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
 use crate::types::Data;
 use crate::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -45,9 +43,7 @@ pub struct StreamEnv {
 
 impl std::fmt::Debug for StreamEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamEnv")
-            .field("config", &self.config)
-            .finish()
+        f.debug_struct("StreamEnv").field("config", &self.config).finish()
     }
 }
 
@@ -131,24 +127,20 @@ impl StreamEnv {
         let source = Arc::new(source);
         let node = self.graph.borrow_mut().add(
             name,
-            NodeKind::Source(Box::new(
-                move |ctx: SourceContext, metrics, config: &JobConfig, targets| {
-                    let reader = source.create_reader(&ctx, None)?;
-                    let settings = SourceTaskSettings {
-                        ctx,
-                        timestamp: watermarks.timestamp.clone(),
-                        out_of_orderness: watermarks.out_of_orderness,
-                        idle_timeout: watermarks.idle_timeout,
-                        batch_size: config.batch_size,
-                        linger: config.linger,
-                        metrics,
-                    };
-                    Ok(
-                        Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
-                            as Box<dyn crate::runtime::task::SourceTask>,
-                    )
-                },
-            )),
+            NodeKind::Source(Box::new(move |ctx: SourceContext, metrics, config: &JobConfig, targets| {
+                let reader = source.create_reader(&ctx, &[])?;
+                let settings = SourceTaskSettings {
+                    ctx,
+                    timestamp: watermarks.timestamp.clone(),
+                    out_of_orderness: watermarks.out_of_orderness,
+                    idle_timeout: watermarks.idle_timeout,
+                    batch_size: config.batch_size,
+                    linger: config.linger,
+                    metrics,
+                };
+                Ok(Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
+                    as Box<dyn crate::runtime::task::SourceTask>)
+            })),
             Vec::new(),
         );
         DataStream::new(self.graph.clone(), node)
@@ -161,14 +153,7 @@ impl StreamEnv {
         I: IntoIterator<Item = T>,
     {
         let items: Vec<T> = items.into_iter().collect();
-        self.source(
-            name,
-            IterSource {
-                items: Arc::new(items),
-            },
-            WatermarkStrategy::none(),
-        )
-        .parallelism(1)
+        self.source(name, IterSource { items: Arc::new(items) }, WatermarkStrategy::none()).parallelism(1)
     }
 
     /// The plan: operators, parallelism, chaining and edges.
@@ -188,19 +173,15 @@ impl StreamEnv {
         if self.config.handle_signals {
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 // A second signal exits at once; the first asks for a clean stop.
-                signal_hook::flag::register_conditional_shutdown(
-                    sig,
-                    130,
-                    self.control.stop.clone(),
-                )
-                .map_err(|e| Error::io("installing the signal handler", e))?;
+                signal_hook::flag::register_conditional_shutdown(sig, 130, self.control.stop.clone())
+                    .map_err(|e| Error::io("installing the signal handler", e))?;
                 signal_hook::flag::register(sig, self.control.stop.clone())
                     .map_err(|e| Error::io("installing the signal handler", e))?;
             }
         }
         let handles = spawn(tasks, &self.control, None)?;
         let mut last_progress = Instant::now();
-        while handles.iter().any(|h| !h.is_finished()) {
+        while handles.iter().any(|h| !h.thread.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             if let (Some(every), Some(f)) = (self.config.progress_interval, &self.progress) {
                 if last_progress.elapsed() >= every {
@@ -210,15 +191,12 @@ impl StreamEnv {
             }
         }
         for h in handles {
-            let _ = h.join();
+            let _ = h.thread.join();
         }
         if let Some(e) = self.control.failure.lock().take() {
             return Err(e);
         }
-        Ok(JobResult {
-            operators: self.metrics.snapshot(),
-            elapsed: started.elapsed(),
-        })
+        Ok(JobResult { operators: self.metrics.snapshot(), elapsed: started.elapsed() })
     }
 }
 
@@ -229,21 +207,14 @@ struct IterSource<T> {
 impl<T: Data + Sync> Source for IterSource<T> {
     type Out = T;
 
-    fn create_reader(
-        &self,
-        _ctx: &SourceContext,
-        position: Option<&[u8]>,
-    ) -> Result<Box<dyn SourceReader<T>>> {
-        let next = match position {
+    fn create_reader(&self, _ctx: &SourceContext, restored: &[Vec<u8>]) -> Result<Box<dyn SourceReader<T>>> {
+        let next = match restored.first() {
             Some(p) if p.len() == 8 => {
                 u64::from_le_bytes([p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]]) as usize
             }
             _ => 0,
         };
-        Ok(Box::new(IterReader {
-            items: self.items.clone(),
-            next,
-        }))
+        Ok(Box::new(IterReader { items: self.items.clone(), next }))
     }
 }
 
@@ -263,11 +234,7 @@ impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
             out.collect(0, item.clone());
         }
         self.next += n;
-        Ok(if self.next >= self.items.len() {
-            SourcePoll::Finished
-        } else {
-            SourcePoll::Ready
-        })
+        Ok(if self.next >= self.items.len() { SourcePoll::Finished } else { SourcePoll::Ready })
     }
 
     fn position(&self) -> Result<Vec<u8>> {

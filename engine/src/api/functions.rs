@@ -24,10 +24,7 @@ impl<T: Data, U: Data, F: Fn(T) -> U + Send + Sync + 'static> Operator for MapOp
         _ctx: &mut OperatorContext,
     ) -> Result<()> {
         let f = &*self.f;
-        out.extend(batch.into_iter().map(|r| Record {
-            ts: r.ts,
-            value: f(r.value),
-        }));
+        out.extend(batch.into_iter().map(|r| Record { ts: r.ts, value: f(r.value) }));
         Ok(())
     }
 }
@@ -104,6 +101,31 @@ impl<T: Data> Operator for PassThrough<T> {
         out: &mut Batch<T>,
         _ctx: &mut OperatorContext,
     ) -> Result<()> {
+        out.append(&mut batch);
+        Ok(())
+    }
+}
+
+/// `assign_timestamps`: sets each record's event time from its value.
+pub(crate) struct TimestampOp<T, F> {
+    pub(crate) f: Arc<F>,
+    pub(crate) _t: PhantomData<fn(T)>,
+}
+
+impl<T: Data, F: Fn(&T) -> crate::types::Timestamp + Send + Sync + 'static> Operator for TimestampOp<T, F> {
+    type In = T;
+    type Out = T;
+
+    fn process_batch(
+        &mut self,
+        mut batch: Batch<T>,
+        out: &mut Batch<T>,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        let f = &*self.f;
+        for r in &mut batch {
+            r.ts = f(&r.value);
+        }
         out.append(&mut batch);
         Ok(())
     }

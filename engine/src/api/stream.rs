@@ -1,11 +1,11 @@
 //! `DataStream`, `KeyedStream` and `DataStreamSink`: typed handles on graph nodes.
 
-use super::functions::{FilterOp, FlatMapOp, MapOp, PassThrough};
+use super::functions::{FilterOp, FlatMapOp, MapOp, PassThrough, TimestampOp};
 use crate::graph::{Edge, EdgeKind, GraphBuilder, NodeId, NodeKind, OutputFactory, PartitionMode};
 use crate::operator::{Operator, OperatorContext, Sink};
 use crate::runtime::chain::{ChainNode, OperatorNode, SinkNode};
 use crate::runtime::exchange::{key_router, ExchangeOutput, KeyRouter};
-use crate::types::{Data, Key};
+use crate::types::{Data, Key, Timestamp};
 use crate::Result;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -15,17 +15,10 @@ use std::sync::Arc;
 pub(crate) type Graph = Rc<RefCell<GraphBuilder>>;
 
 fn output_factory<T: Data>(router: Option<KeyRouter<T>>) -> OutputFactory {
-    Arc::new(
-        move |mode: PartitionMode, senders, batch_size, max_parallelism, metrics| {
-            let partitioner = mode.partitioner(router.as_ref(), max_parallelism);
-            Box::new(ExchangeOutput::<T>::new(
-                partitioner,
-                senders,
-                batch_size,
-                metrics,
-            )) as Box<dyn ChainNode>
-        },
-    )
+    Arc::new(move |mode: PartitionMode, senders, batch_size, max_parallelism, metrics| {
+        let partitioner = mode.partitioner(router.as_ref(), max_parallelism);
+        Box::new(ExchangeOutput::<T>::new(partitioner, senders, batch_size, metrics)) as Box<dyn ChainNode>
+    })
 }
 
 /// A stream of `T` records: the output of one operator.
@@ -36,6 +29,13 @@ pub struct DataStream<T> {
     pub(crate) _t: PhantomData<fn() -> T>,
 }
 
+impl<T> Clone for DataStream<T> {
+    /// Another handle on the same stream: each use becomes a consumer (fan-out).
+    fn clone(&self) -> Self {
+        DataStream { graph: self.graph.clone(), node: self.node, next_edge: self.next_edge, _t: PhantomData }
+    }
+}
+
 impl<T> std::fmt::Debug for DataStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DataStream(node {})", self.node)
@@ -44,20 +44,11 @@ impl<T> std::fmt::Debug for DataStream<T> {
 
 impl<T: Data> DataStream<T> {
     pub(crate) fn new(graph: Graph, node: NodeId) -> Self {
-        DataStream {
-            graph,
-            node,
-            next_edge: EdgeKind::Forward,
-            _t: PhantomData,
-        }
+        DataStream { graph, node, next_edge: EdgeKind::Forward, _t: PhantomData }
     }
 
     fn edge(&self, kind: EdgeKind, router: Option<KeyRouter<T>>) -> Edge {
-        Edge {
-            from: self.node,
-            kind,
-            make_output: output_factory::<T>(router),
-        }
+        Edge { from: self.node, kind, make_output: output_factory::<T>(router) }
     }
 
     /// Name this operator (shown in the plan, metrics, errors and the UI).
@@ -99,23 +90,19 @@ impl<T: Data> DataStream<T> {
     /// ```
     pub fn map<U: Data, F: Fn(T) -> U + Send + Sync + 'static>(self, f: F) -> DataStream<U> {
         let f = Arc::new(f);
-        self.transform("map", move |_| {
-            Ok(MapOp {
-                f: f.clone(),
-                _t: PhantomData,
-            })
-        })
+        self.transform("map", move |_| Ok(MapOp { f: f.clone(), _t: PhantomData }))
+    }
+
+    /// Set each record's event time from its value (watermarks still come from upstream).
+    pub fn assign_timestamps<F: Fn(&T) -> Timestamp + Send + Sync + 'static>(self, f: F) -> DataStream<T> {
+        let f = Arc::new(f);
+        self.transform("assign-timestamps", move |_| Ok(TimestampOp { f: f.clone(), _t: PhantomData }))
     }
 
     /// Keep the records for which `f` is true.
     pub fn filter<F: Fn(&T) -> bool + Send + Sync + 'static>(self, f: F) -> DataStream<T> {
         let f = Arc::new(f);
-        self.transform("filter", move |_| {
-            Ok(FilterOp {
-                f: f.clone(),
-                _t: PhantomData,
-            })
-        })
+        self.transform("filter", move |_| Ok(FilterOp { f: f.clone(), _t: PhantomData }))
     }
 
     /// Zero or more records per record.
@@ -126,12 +113,7 @@ impl<T: Data> DataStream<T> {
         F: Fn(T) -> I + Send + Sync + 'static,
     {
         let f = Arc::new(f);
-        self.transform("flat_map", move |_| {
-            Ok(FlatMapOp {
-                f: f.clone(),
-                _t: PhantomData,
-            })
-        })
+        self.transform("flat_map", move |_| Ok(FlatMapOp { f: f.clone(), _t: PhantomData }))
     }
 
     /// Merge with other streams of the same type.
@@ -143,11 +125,8 @@ impl<T: Data> DataStream<T> {
         let node = self.graph.borrow_mut().add(
             "union",
             NodeKind::Operator(Box::new(|ctx, targets| {
-                Ok(Box::new(OperatorNode::new(
-                    PassThrough::<T>(PhantomData),
-                    ctx,
-                    targets,
-                )) as Box<dyn ChainNode>)
+                Ok(Box::new(OperatorNode::new(PassThrough::<T>(PhantomData), ctx, targets))
+                    as Box<dyn ChainNode>)
             })),
             inputs,
         );
@@ -155,14 +134,8 @@ impl<T: Data> DataStream<T> {
     }
 
     /// Partition by key: records with equal keys go to the same subtask (by key group).
-    pub fn key_by<K: Key, F: Fn(&T) -> K + Send + Sync + 'static>(
-        self,
-        key: F,
-    ) -> KeyedStream<K, T> {
-        KeyedStream {
-            stream: self,
-            key: Arc::new(key),
-        }
+    pub fn key_by<K: Key, F: Fn(&T) -> K + Send + Sync + 'static>(self, key: F) -> KeyedStream<K, T> {
+        KeyedStream { stream: self, key: Arc::new(key) }
     }
 
     /// Write the stream to a sink; `factory` builds one instance per subtask.
@@ -180,10 +153,7 @@ impl<T: Data> DataStream<T> {
             })),
             vec![edge],
         );
-        DataStreamSink {
-            graph: self.graph.clone(),
-            node,
-        }
+        DataStreamSink { graph: self.graph.clone(), node }
     }
 }
 

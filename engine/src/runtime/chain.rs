@@ -36,10 +36,7 @@ pub(crate) struct Fanout<T> {
 
 impl<T: Data> Fanout<T> {
     pub(crate) fn new(targets: Vec<Box<dyn ChainNode>>) -> Self {
-        Fanout {
-            targets,
-            _t: std::marker::PhantomData,
-        }
+        Fanout { targets, _t: std::marker::PhantomData }
     }
 
     pub(crate) fn push(&mut self, batch: Batch<T>) -> Result<()> {
@@ -55,10 +52,7 @@ impl<T: Data> Fanout<T> {
         }
     }
 
-    pub(crate) fn each(
-        &mut self,
-        mut f: impl FnMut(&mut dyn ChainNode) -> Result<()>,
-    ) -> Result<()> {
+    pub(crate) fn each(&mut self, mut f: impl FnMut(&mut dyn ChainNode) -> Result<()>) -> Result<()> {
         for t in &mut self.targets {
             f(t.as_mut())?;
         }
@@ -67,16 +61,10 @@ impl<T: Data> Fanout<T> {
 }
 
 pub(crate) fn downcast<T: Data>(batch: AnyBatch, ctx: &OperatorContext) -> Result<Batch<T>> {
-    batch
-        .downcast::<Batch<T>>()
-        .map(|b| *b)
-        .map_err(|_| Error::Task {
-            location: location(ctx),
-            message: format!(
-                "internal: batch of unexpected type (expected {})",
-                std::any::type_name::<T>()
-            ),
-        })
+    batch.downcast::<Batch<T>>().map(|b| *b).map_err(|_| Error::Task {
+        location: location(ctx),
+        message: format!("internal: batch of unexpected type (expected {})", std::any::type_name::<T>()),
+    })
 }
 
 pub(crate) fn location(ctx: &OperatorContext) -> TaskLocation {
@@ -91,10 +79,7 @@ pub(crate) fn location(ctx: &OperatorContext) -> TaskLocation {
 pub(crate) fn in_operator(e: Error, ctx: &OperatorContext) -> Error {
     match e {
         Error::Task { .. } | Error::Panic { .. } | Error::Cancelled => e,
-        other => Error::Task {
-            location: location(ctx),
-            message: other.to_string(),
-        },
+        other => Error::Task { location: location(ctx), message: other.to_string() },
     }
 }
 
@@ -108,12 +93,7 @@ pub(crate) struct OperatorNode<O: Operator> {
 
 impl<O: Operator> OperatorNode<O> {
     pub(crate) fn new(op: O, ctx: OperatorContext, targets: Vec<Box<dyn ChainNode>>) -> Self {
-        OperatorNode {
-            op,
-            ctx,
-            out: Vec::new(),
-            fanout: Fanout::new(targets),
-        }
+        OperatorNode { op, ctx, out: Vec::new(), fanout: Fanout::new(targets) }
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -128,9 +108,7 @@ impl<O: Operator> OperatorNode<O> {
 
 impl<O: Operator> ChainNode for OperatorNode<O> {
     fn open(&mut self) -> Result<()> {
-        self.op
-            .on_start(&mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.op.on_start(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
         self.fanout.each(|t| t.open())
     }
 
@@ -138,22 +116,18 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         let batch = downcast::<O::In>(batch, &self.ctx)?;
         self.ctx.metrics.add_in(batch.len());
         let start = Instant::now();
-        self.op
-            .process_batch(batch, &mut self.out, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
-        self.ctx.metrics.busy_ns.fetch_add(
-            start.elapsed().as_nanos() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.op.process_batch(batch, &mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        self.ctx
+            .metrics
+            .busy_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         self.flush()
     }
 
     fn watermark(&mut self, wm: Timestamp) -> Result<()> {
         self.ctx.watermark = wm;
         self.ctx.metrics.set_watermark(wm);
-        self.op
-            .on_watermark(wm, &mut self.out, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.op.on_watermark(wm, &mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
         self.flush()?;
         self.fanout.each(|t| t.watermark(wm))
     }
@@ -164,27 +138,19 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         self.flush()?;
-        if let Some(s) = self
-            .op
-            .snapshot(barrier.id, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?
-        {
+        if let Some(s) = self.op.snapshot(barrier.id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))? {
             snapshots.push((self.ctx.operator_name.clone(), s));
         }
         self.fanout.each(|t| t.barrier(barrier, snapshots))
     }
 
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
-        self.op
-            .on_checkpoint_complete(id, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.op.on_checkpoint_complete(id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
         self.fanout.each(|t| t.checkpoint_complete(id))
     }
 
     fn end(&mut self) -> Result<()> {
-        self.op
-            .on_close(&mut self.out, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
+        self.op.on_close(&mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
         self.flush()?;
         self.fanout.each(|t| t.end())
     }
@@ -204,9 +170,7 @@ impl<S: Sink> SinkNode<S> {
 
 impl<S: Sink> ChainNode for SinkNode<S> {
     fn open(&mut self) -> Result<()> {
-        self.sink
-            .on_start(&mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))
+        self.sink.on_start(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
     }
 
     fn process(&mut self, batch: AnyBatch) -> Result<()> {
@@ -214,13 +178,11 @@ impl<S: Sink> ChainNode for SinkNode<S> {
         let n = batch.len();
         self.ctx.metrics.add_in(n);
         let start = Instant::now();
-        self.sink
-            .write_batch(batch, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?;
-        self.ctx.metrics.busy_ns.fetch_add(
-            start.elapsed().as_nanos() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.sink.write_batch(batch, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        self.ctx
+            .metrics
+            .busy_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         self.ctx.metrics.add_out(n);
         Ok(())
     }
@@ -236,10 +198,8 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
-        if let Some(s) = self
-            .sink
-            .pre_commit(barrier.id, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))?
+        if let Some(s) =
+            self.sink.pre_commit(barrier.id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?
         {
             snapshots.push((self.ctx.operator_name.clone(), s));
         }
@@ -247,14 +207,10 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     }
 
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
-        self.sink
-            .on_checkpoint_complete(id, &mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))
+        self.sink.on_checkpoint_complete(id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
     }
 
     fn end(&mut self) -> Result<()> {
-        self.sink
-            .on_close(&mut self.ctx)
-            .map_err(|e| in_operator(e, &self.ctx))
+        self.sink.on_close(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
     }
 }

@@ -18,15 +18,9 @@ pub(crate) type ChannelMessage = StreamMessage<AnyBatch>;
 pub(crate) type KeyRouter<T> = Arc<dyn Fn(&T, u32, u32) -> u32 + Send + Sync>;
 
 /// A router for `key_by`: key → key group → owning subtask.
-pub(crate) fn key_router<T, K: Hash>(
-    key: impl Fn(&T) -> K + Send + Sync + 'static,
-) -> KeyRouter<T> {
+pub(crate) fn key_router<T, K: Hash>(key: impl Fn(&T) -> K + Send + Sync + 'static) -> KeyRouter<T> {
     Arc::new(move |value: &T, max_parallelism: u32, parallelism: u32| {
-        subtask_for_key_group(
-            key_group_of(&key(value), max_parallelism),
-            max_parallelism,
-            parallelism,
-        )
+        subtask_for_key_group(key_group_of(&key(value), max_parallelism), max_parallelism, parallelism)
     })
 }
 
@@ -37,10 +31,7 @@ pub(crate) enum Partitioner<T> {
     /// Batches round-robin over all channels.
     Rebalance { next: usize },
     /// By key group.
-    Hash {
-        router: KeyRouter<T>,
-        max_parallelism: u32,
-    },
+    Hash { router: KeyRouter<T>, max_parallelism: u32 },
 }
 
 /// The sending end of an edge, as the last node of a chain.
@@ -60,13 +51,7 @@ impl<T: Data> ExchangeOutput<T> {
         metrics: Arc<SubtaskMetrics>,
     ) -> Self {
         let buffers = (0..senders.len()).map(|_| Vec::new()).collect();
-        ExchangeOutput {
-            partitioner,
-            senders,
-            buffers,
-            batch_size,
-            metrics,
-        }
+        ExchangeOutput { partitioner, senders, buffers, batch_size, metrics }
     }
 
     fn send(&self, target: usize, msg: ChannelMessage) -> Result<()> {
@@ -76,9 +61,7 @@ impl<T: Data> ExchangeOutput<T> {
             Err(TrySendError::Full(msg)) => {
                 let start = Instant::now();
                 let r = sender.send(msg).map_err(|_| Error::Cancelled);
-                self.metrics
-                    .backpressured_ns
-                    .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.metrics.backpressured_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 r
             }
             Err(TrySendError::Disconnected(_)) => Err(Error::Cancelled),
@@ -125,10 +108,7 @@ impl<T: Data> ChainNode for ExchangeOutput<T> {
                 *next = next.wrapping_add(1);
                 self.send_batch(target, batch)
             }
-            Partitioner::Hash {
-                router,
-                max_parallelism,
-            } => {
+            Partitioner::Hash { router, max_parallelism } => {
                 if n == 1 {
                     return self.send_batch(0, batch);
                 }

@@ -5,9 +5,7 @@ use super::exchange::ChannelMessage;
 use super::task::{InputGate, SourceTask, TaskCommand, TaskEnv};
 use crate::config::JobConfig;
 use crate::error::TaskLocation;
-use crate::graph::{
-    EdgeKind, GraphBuilder, JobPlan, NodeId, NodeKind, PartitionMode, PlanEdge, PlanNode,
-};
+use crate::graph::{EdgeKind, GraphBuilder, JobPlan, NodeId, NodeKind, PartitionMode, PlanEdge, PlanNode};
 use crate::keygroup::key_group_range;
 use crate::metrics::{MetricsRegistry, SubtaskMetrics};
 use crate::operator::OperatorContext;
@@ -34,18 +32,13 @@ pub(crate) struct Compiled {
 pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Result<Compiled> {
     let n = graph.nodes.len();
     if n == 0 {
-        return Err(Error::Graph(
-            "the job has no operators: add a source and a sink".into(),
-        ));
+        return Err(Error::Graph("the job has no operators: add a source and a sink".into()));
     }
     let mut parallelism = Vec::with_capacity(n);
     for node in &graph.nodes {
         let p = node.parallelism.unwrap_or(config.parallelism);
         if p == 0 {
-            return Err(Error::config(
-                format!("{}.parallelism", node.name),
-                "must be at least 1",
-            ));
+            return Err(Error::config(format!("{}.parallelism", node.name), "must be at least 1"));
         }
         if p > config.max_parallelism {
             return Err(Error::config(
@@ -77,22 +70,14 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
     }
     for (i, node) in graph.nodes.iter().enumerate() {
         if !matches!(node.kind, NodeKind::Sink(_)) && outputs[i].is_empty() {
-            return Err(Error::Graph(format!(
-                "operator `{}` has no consumer: add a sink",
-                node.name
-            )));
+            return Err(Error::Graph(format!("operator `{}` has no consumer: add a sink", node.name)));
         }
     }
-    let heads: Vec<NodeId> = (0..n)
-        .filter(|&v| !(chained[v].len() == 1 && chained[v][0]))
-        .collect();
+    let heads: Vec<NodeId> = (0..n).filter(|&v| !(chained[v].len() == 1 && chained[v][0])).collect();
     let mut task_of = vec![0; n];
     for v in 0..n {
-        task_of[v] = if chained[v].len() == 1 && chained[v][0] {
-            task_of[graph.nodes[v].inputs[0].from]
-        } else {
-            v
-        };
+        task_of[v] =
+            if chained[v].len() == 1 && chained[v][0] { task_of[graph.nodes[v].inputs[0].from] } else { v };
     }
     let plan = JobPlan {
         job: job.to_string(),
@@ -124,13 +109,7 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
             })
             .collect(),
     };
-    Ok(Compiled {
-        plan,
-        parallelism,
-        outputs,
-        chained,
-        heads,
-    })
+    Ok(Compiled { plan, parallelism, outputs, chained, heads })
 }
 
 fn mode(kind: EdgeKind, p_from: u32, p_to: u32) -> PartitionMode {
@@ -173,9 +152,8 @@ pub(crate) fn build_tasks(
     let capacity = (config.channel_capacity / config.batch_size).max(1);
     // senders[(v, k)][i] = senders of upstream subtask i; receivers[v][j] = inputs of subtask j.
     let mut senders: HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>> = HashMap::new();
-    let mut receivers: Vec<Vec<Vec<Receiver<ChannelMessage>>>> = (0..graph.nodes.len())
-        .map(|v| (0..p[v]).map(|_| Vec::new()).collect())
-        .collect();
+    let mut receivers: Vec<Vec<Vec<Receiver<ChannelMessage>>>> =
+        (0..graph.nodes.len()).map(|v| (0..p[v]).map(|_| Vec::new()).collect()).collect();
     for (v, node) in graph.nodes.iter().enumerate() {
         for (k, e) in node.inputs.iter().enumerate() {
             if compiled.chained[v][k] {
@@ -186,11 +164,7 @@ pub(crate) fn build_tasks(
             let mut per_upstream = Vec::with_capacity(pu as usize);
             for i in 0..pu {
                 let mut out = Vec::new();
-                let targets: Vec<u32> = if m == PartitionMode::Forward {
-                    vec![i]
-                } else {
-                    (0..pv).collect()
-                };
+                let targets: Vec<u32> = if m == PartitionMode::Forward { vec![i] } else { (0..pv).collect() };
                 for j in targets {
                     let (tx, rx) = bounded(capacity);
                     out.push(tx);
@@ -202,14 +176,8 @@ pub(crate) fn build_tasks(
         }
     }
 
-    let builder = ChainBuilder {
-        graph,
-        compiled,
-        config,
-        job,
-        node_metrics: &node_metrics,
-        senders: &senders,
-    };
+    let builder =
+        ChainBuilder { graph, compiled, config, job, node_metrics: &node_metrics, senders: &senders };
     let mut tasks = Vec::new();
     for &h in &compiled.heads {
         for i in 0..p[h] {
@@ -217,17 +185,8 @@ pub(crate) fn build_tasks(
             let runnable = match &graph.nodes[h].kind {
                 NodeKind::Source(factory) => {
                     let targets = builder.targets(h, i)?;
-                    let ctx = SourceContext {
-                        operator_name: name.clone(),
-                        subtask: i,
-                        parallelism: p[h],
-                    };
-                    Runnable::Source(factory(
-                        ctx,
-                        node_metrics[h][i as usize].clone(),
-                        config,
-                        targets,
-                    )?)
+                    let ctx = SourceContext { operator_name: name.clone(), subtask: i, parallelism: p[h] };
+                    Runnable::Source(factory(ctx, node_metrics[h][i as usize].clone(), config, targets)?)
                 }
                 _ => {
                     let head = builder.build(h, i)?;
@@ -236,13 +195,7 @@ pub(crate) fn build_tasks(
                 }
             };
             let (commands, command_rx) = unbounded();
-            tasks.push(PhysicalTask {
-                name,
-                subtask: i,
-                runnable,
-                commands,
-                command_rx,
-            });
+            tasks.push(PhysicalTask { name, subtask: i, runnable, commands, command_rx });
         }
     }
     Ok(tasks)
@@ -265,17 +218,9 @@ impl ChainBuilder<'_> {
                 targets.push(self.build(v, i)?);
             } else {
                 let e = &self.graph.nodes[v].inputs[k];
-                let m = mode(
-                    e.kind,
-                    self.compiled.parallelism[n],
-                    self.compiled.parallelism[v],
-                );
-                let senders = self
-                    .senders
-                    .get(&(v, k))
-                    .and_then(|s| s.get(i as usize))
-                    .cloned()
-                    .unwrap_or_default();
+                let m = mode(e.kind, self.compiled.parallelism[n], self.compiled.parallelism[v]);
+                let senders =
+                    self.senders.get(&(v, k)).and_then(|s| s.get(i as usize)).cloned().unwrap_or_default();
                 targets.push((e.make_output)(
                     m,
                     senders,
@@ -304,10 +249,7 @@ impl ChainBuilder<'_> {
         let targets = self.targets(n, i)?;
         match &node.kind {
             NodeKind::Operator(f) | NodeKind::Sink(f) => f(ctx, targets),
-            NodeKind::Source(_) => Err(Error::Graph(format!(
-                "source `{}` cannot have an input",
-                node.name
-            ))),
+            NodeKind::Source(_) => Err(Error::Graph(format!("source `{}` cannot have an input", node.name))),
         }
     }
 }
@@ -340,14 +282,25 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Spawns the tasks; returns their join handles.
+/// A running task: its thread and its command channel.
+pub(crate) struct RunningTask {
+    pub(crate) name: String,
+    pub(crate) subtask: u32,
+    pub(crate) is_source: bool,
+    pub(crate) commands: Sender<TaskCommand>,
+    pub(crate) thread: std::thread::JoinHandle<()>,
+}
+
+/// Spawns the tasks, a thread each.
 pub(crate) fn spawn(
     tasks: Vec<PhysicalTask>,
     control: &JobControl,
     acks: Option<Sender<super::task::CheckpointAck>>,
-) -> Result<Vec<std::thread::JoinHandle<()>>> {
+) -> Result<Vec<RunningTask>> {
     let mut handles = Vec::new();
     for t in tasks {
+        let is_source = matches!(t.runnable, Runnable::Source(_));
+        let (name, subtask, commands) = (t.name.clone(), t.subtask, t.commands.clone());
         let env = TaskEnv {
             task: t.name.clone(),
             subtask: t.subtask,
@@ -362,41 +315,25 @@ pub(crate) fn spawn(
         let h = std::thread::Builder::new()
             .name(thread_name)
             .spawn(move || {
-                let result =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match runnable {
-                        Runnable::Source(mut s) => s.run(&env),
-                        Runnable::Gate(gate, mut head) => gate.run(head.as_mut(), &env),
-                    }));
-                let location = TaskLocation {
-                    task: env.task.clone(),
-                    operator: String::new(),
-                    subtask: env.subtask,
-                };
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match runnable {
+                    Runnable::Source(mut s) => s.run(&env),
+                    Runnable::Gate(gate, mut head) => gate.run(head.as_mut(), &env),
+                }));
+                let location =
+                    TaskLocation { task: env.task.clone(), operator: String::new(), subtask: env.subtask };
                 match result {
                     Ok(Ok(())) => {}
                     Ok(Err(Error::Cancelled)) => {}
-                    Ok(Err(Error::Task {
-                        location: mut l,
-                        message,
-                    })) => {
+                    Ok(Err(Error::Task { location: mut l, message })) => {
                         l.task = env.task.clone();
-                        control.fail(Error::Task {
-                            location: l,
-                            message,
-                        });
+                        control.fail(Error::Task { location: l, message });
                     }
-                    Ok(Err(e)) => control.fail(Error::Task {
-                        location,
-                        message: e.to_string(),
-                    }),
-                    Err(p) => control.fail(Error::Panic {
-                        location,
-                        message: panic_message(p.as_ref()),
-                    }),
+                    Ok(Err(e)) => control.fail(Error::Task { location, message: e.to_string() }),
+                    Err(p) => control.fail(Error::Panic { location, message: panic_message(p.as_ref()) }),
                 }
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;
-        handles.push(h);
+        handles.push(RunningTask { name, subtask, is_source, commands, thread: h });
     }
     Ok(handles)
 }

@@ -4,12 +4,9 @@
 use super::chain::{AnyBatch, ChainNode, Fanout};
 use super::exchange::ChannelMessage;
 use crate::metrics::SubtaskMetrics;
-use crate::source::{
-    SourceContext, SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn,
-};
+use crate::source::{SourceContext, SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
 use crate::types::{
-    Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK,
-    MIN_WATERMARK,
+    Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK, MIN_WATERMARK,
 };
 use crate::{Error, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
@@ -103,11 +100,7 @@ impl<T: Data> SourceRunner<T> {
         settings: SourceTaskSettings<T>,
         fanout: Fanout<T>,
     ) -> Self {
-        let clocks = SplitWatermarks::new(
-            reader.splits(),
-            settings.out_of_orderness,
-            settings.idle_timeout,
-        );
+        let clocks = SplitWatermarks::new(reader.splits(), settings.out_of_orderness, settings.idle_timeout);
         SourceRunner {
             reader,
             settings,
@@ -221,10 +214,7 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                     self.flush()?;
                     first_buffered = None;
                     self.emit_watermark(now)?;
-                    match env
-                        .commands
-                        .recv_timeout(wait.min(Duration::from_millis(50)))
-                    {
+                    match env.commands.recv_timeout(wait.min(Duration::from_millis(50))) {
                         Ok(cmd) => self.handle(cmd, env)?,
                         Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => {
@@ -267,12 +257,7 @@ impl InputGate {
                 blocked: false,
             })
             .collect();
-        InputGate {
-            inputs,
-            watermark: MIN_WATERMARK,
-            idle: false,
-            aligning: None,
-        }
+        InputGate { inputs, watermark: MIN_WATERMARK, idle: false, aligning: None }
     }
 
     /// Run `head` until every input ended (Ok) or the job is cancelled.
@@ -302,7 +287,7 @@ impl InputGate {
                 match op.recv(&env.commands) {
                     Ok(TaskCommand::CheckpointComplete(id)) => head.checkpoint_complete(id)?,
                     Ok(TaskCommand::TriggerCheckpoint(_)) => {}
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    Err(_) => return Err(Error::Cancelled),
                 }
                 continue;
             }

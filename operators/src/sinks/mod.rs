@@ -1,0 +1,9 @@
+//! Simple sinks: newline-delimited JSON files, stdout, and a counting/discarding sink.
+
+mod discard;
+mod file;
+mod stdout;
+
+pub use discard::DiscardSink;
+pub use file::JsonFileSink;
+pub use stdout::StdoutSink;
