@@ -34,3 +34,110 @@ impl<T: Data> Sink for CollectSink<T> {
         Ok(())
     }
 }
+
+/// Drives one operator instance directly, as a task would: batches, watermarks, close.
+///
+/// ```
+/// use caudal::testing::OperatorHarness;
+/// use caudal::{Batch, Operator, OperatorContext, Record, Result};
+/// struct Double;
+/// impl Operator for Double {
+///     type In = i64;
+///     type Out = i64;
+///     fn process_batch(&mut self, b: Batch<i64>, out: &mut Batch<i64>, _: &mut OperatorContext) -> Result<()> {
+///         out.extend(b.into_iter().map(|r| Record::new(r.ts, r.value * 2)));
+///         Ok(())
+///     }
+/// }
+/// let mut h = OperatorHarness::new(Double).unwrap();
+/// h.process(vec![Record::new(1, 21)]).unwrap();
+/// assert_eq!(h.take_values(), vec![42]);
+/// ```
+pub struct OperatorHarness<O: crate::Operator> {
+    op: O,
+    ctx: crate::OperatorContext,
+    out: Batch<O::Out>,
+}
+
+impl<O: crate::Operator> std::fmt::Debug for OperatorHarness<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OperatorHarness({})", self.ctx.operator_name)
+    }
+}
+
+impl<O: crate::Operator> OperatorHarness<O> {
+    /// Start `op` as subtask 0 of 1.
+    pub fn new(mut op: O) -> Result<Self> {
+        let mut ctx = crate::OperatorContext {
+            job_name: "test".into(),
+            operator_name: "under-test".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: crate::keygroup::DEFAULT_MAX_PARALLELISM,
+            key_groups: 0..crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
+            watermark: crate::types::MIN_WATERMARK,
+            metrics: Arc::new(crate::metrics::SubtaskMetrics::default()),
+        };
+        op.on_start(&mut ctx)?;
+        Ok(OperatorHarness { op, ctx, out: Vec::new() })
+    }
+
+    /// Feed a batch.
+    pub fn process(&mut self, batch: Batch<O::In>) -> Result<()> {
+        self.op.process_batch(batch, &mut self.out, &mut self.ctx)
+    }
+
+    /// Advance the watermark.
+    pub fn watermark(&mut self, wm: crate::Timestamp) -> Result<()> {
+        self.ctx.watermark = wm;
+        self.op.on_watermark(wm, &mut self.out, &mut self.ctx)
+    }
+
+    /// Close the operator (end of input).
+    pub fn close(&mut self) -> Result<()> {
+        self.op.on_close(&mut self.out, &mut self.ctx)
+    }
+
+    /// The output records so far (drained).
+    pub fn take(&mut self) -> Batch<O::Out> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The output values so far (drained).
+    pub fn take_values(&mut self) -> Vec<O::Out> {
+        self.take().into_iter().map(|r| r.value).collect()
+    }
+
+    /// A custom counter of the operator.
+    pub fn counter(&self, name: &'static str) -> u64 {
+        self.ctx.metrics.counter(name).load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The operator.
+    pub fn operator(&self) -> &O {
+        &self.op
+    }
+}
+
+/// Parses a table of whitespace-separated columns, one record per line; `#` starts a
+/// comment and the first line may be a header (skipped when its first cell isn't a number).
+///
+/// ```
+/// let rows = caudal::testing::parse_table("ts sensor temp_f\n 1 7 212.0\n 2 7 32.0");
+/// assert_eq!(rows, vec![vec!["1", "7", "212.0"], vec!["2", "7", "32.0"]]);
+/// ```
+pub fn parse_table(table: &str) -> Vec<Vec<&str>> {
+    let mut rows = Vec::new();
+    for (i, line) in table.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if i == 0 && cells.first().is_some_and(|c| c.parse::<f64>().is_err()) {
+            continue;
+        }
+        rows.push(cells);
+    }
+    rows
+}

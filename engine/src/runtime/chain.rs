@@ -75,6 +75,28 @@ pub(crate) fn location(ctx: &OperatorContext) -> TaskLocation {
     }
 }
 
+/// Calls user code with the operator's context, turning an error or a panic into an error
+/// that names the operator.
+#[inline]
+pub(crate) fn call<R>(ctx: &mut OperatorContext, f: impl FnOnce(&mut OperatorContext) -> Result<R>) -> Result<R> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *ctx)));
+    match r {
+        Ok(r) => r.map_err(|e| in_operator(e, ctx)),
+        Err(p) => Err(Error::Panic { location: location(ctx), message: panic_message(p.as_ref()) }),
+    }
+}
+
+/// The message of a panic payload.
+pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
 /// Adds the operator's location to an error that has none.
 pub(crate) fn in_operator(e: Error, ctx: &OperatorContext) -> Error {
     match e {
@@ -108,7 +130,8 @@ impl<O: Operator> OperatorNode<O> {
 
 impl<O: Operator> ChainNode for OperatorNode<O> {
     fn open(&mut self) -> Result<()> {
-        self.op.on_start(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let op = &mut self.op;
+        call(&mut self.ctx, |ctx| op.on_start(ctx))?;
         self.fanout.each(|t| t.open())
     }
 
@@ -116,7 +139,8 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         let batch = downcast::<O::In>(batch, &self.ctx)?;
         self.ctx.metrics.add_in(batch.len());
         let start = Instant::now();
-        self.op.process_batch(batch, &mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let (op, out) = (&mut self.op, &mut self.out);
+        call(&mut self.ctx, |ctx| op.process_batch(batch, out, ctx))?;
         self.ctx
             .metrics
             .busy_ns
@@ -127,7 +151,8 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn watermark(&mut self, wm: Timestamp) -> Result<()> {
         self.ctx.watermark = wm;
         self.ctx.metrics.set_watermark(wm);
-        self.op.on_watermark(wm, &mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let (op, out) = (&mut self.op, &mut self.out);
+        call(&mut self.ctx, |ctx| op.on_watermark(wm, out, ctx))?;
         self.flush()?;
         self.fanout.each(|t| t.watermark(wm))
     }
@@ -138,19 +163,22 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         self.flush()?;
-        if let Some(s) = self.op.snapshot(barrier.id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))? {
+        let op = &mut self.op;
+        if let Some(s) = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))? {
             snapshots.push((self.ctx.operator_name.clone(), s));
         }
         self.fanout.each(|t| t.barrier(barrier, snapshots))
     }
 
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
-        self.op.on_checkpoint_complete(id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let op = &mut self.op;
+        call(&mut self.ctx, |ctx| op.on_checkpoint_complete(id, ctx))?;
         self.fanout.each(|t| t.checkpoint_complete(id))
     }
 
     fn end(&mut self) -> Result<()> {
-        self.op.on_close(&mut self.out, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let (op, out) = (&mut self.op, &mut self.out);
+        call(&mut self.ctx, |ctx| op.on_close(out, ctx))?;
         self.flush()?;
         self.fanout.each(|t| t.end())
     }
@@ -170,7 +198,8 @@ impl<S: Sink> SinkNode<S> {
 
 impl<S: Sink> ChainNode for SinkNode<S> {
     fn open(&mut self) -> Result<()> {
-        self.sink.on_start(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
+        let sink = &mut self.sink;
+        call(&mut self.ctx, |ctx| sink.on_start(ctx))
     }
 
     fn process(&mut self, batch: AnyBatch) -> Result<()> {
@@ -178,7 +207,8 @@ impl<S: Sink> ChainNode for SinkNode<S> {
         let n = batch.len();
         self.ctx.metrics.add_in(n);
         let start = Instant::now();
-        self.sink.write_batch(batch, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?;
+        let sink = &mut self.sink;
+        call(&mut self.ctx, |ctx| sink.write_batch(batch, ctx))?;
         self.ctx
             .metrics
             .busy_ns
@@ -198,19 +228,20 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
-        if let Some(s) =
-            self.sink.pre_commit(barrier.id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))?
-        {
+        let sink = &mut self.sink;
+        if let Some(s) = call(&mut self.ctx, |ctx| sink.pre_commit(barrier.id, ctx))? {
             snapshots.push((self.ctx.operator_name.clone(), s));
         }
         Ok(())
     }
 
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
-        self.sink.on_checkpoint_complete(id, &mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
+        let sink = &mut self.sink;
+        call(&mut self.ctx, |ctx| sink.on_checkpoint_complete(id, ctx))
     }
 
     fn end(&mut self) -> Result<()> {
-        self.sink.on_close(&mut self.ctx).map_err(|e| in_operator(e, &self.ctx))
+        let sink = &mut self.sink;
+        call(&mut self.ctx, |ctx| sink.on_close(ctx))
     }
 }

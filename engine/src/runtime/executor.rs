@@ -272,16 +272,6 @@ impl JobControl {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
-
 /// A running task: its thread and its command channel.
 pub(crate) struct RunningTask {
     pub(crate) name: String,
@@ -328,8 +318,12 @@ pub(crate) fn spawn(
                         l.task = env.task.clone();
                         control.fail(Error::Task { location: l, message });
                     }
+                    Ok(Err(Error::Panic { location: mut l, message })) => {
+                        l.task = env.task.clone();
+                        control.fail(Error::Panic { location: l, message });
+                    }
                     Ok(Err(e)) => control.fail(Error::Task { location, message: e.to_string() }),
-                    Err(p) => control.fail(Error::Panic { location, message: panic_message(p.as_ref()) }),
+                    Err(p) => control.fail(Error::Panic { location, message: super::chain::panic_message(p.as_ref()) }),
                 }
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;

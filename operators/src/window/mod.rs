@@ -132,3 +132,6 @@ fn split<R: Data, T: Data>(s: DataStream<WindowOutput<R, T>>) -> (DataStream<R>,
         .name("late-records");
     (only_results(s), late)
 }
+
+#[cfg(test)]
+mod tests;

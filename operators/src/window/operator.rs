@@ -129,14 +129,12 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
         }
         let mut acc = self.emitter.create();
         self.emitter.add(&mut acc, value);
-        let mut fired = false;
         let slots = self.state.entry(key.clone()).or_default();
         let mut i = 0;
         while i < slots.len() {
             if slots[i].window.intersects(&window) {
                 let s = slots.swap_remove(i);
                 window = window.cover(&s.window);
-                fired |= s.fired;
                 let mut merged = s.acc;
                 self.emitter.merge(&mut merged, acc);
                 acc = merged;
@@ -144,7 +142,8 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
                 i += 1;
             }
         }
-        let refire = fired || window.max_timestamp() <= self.watermark;
+        // A merged session fires again only once the watermark has passed its (new) end.
+        let refire = window.max_timestamp() <= self.watermark;
         if refire {
             self.emit(&key, window, &acc, out);
         }
