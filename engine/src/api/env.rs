@@ -179,6 +179,8 @@ impl StreamEnv {
                     .map_err(|e| Error::io("installing the signal handler", e))?;
             }
         }
+        let view = Arc::new(JobView::new(job_name, compiled.plan.clone(), self.metrics.clone(), self.stop_handle()));
+        view.set_status(JobStatus::Running);
         let handles = spawn(tasks, &self.control, None)?;
         let mut last_progress = Instant::now();
         while handles.iter().any(|h| !h.thread.is_finished()) {
@@ -194,8 +196,11 @@ impl StreamEnv {
             let _ = h.thread.join();
         }
         if let Some(e) = self.control.failure.lock().take() {
+            view.record_failure(e.to_string());
+            view.set_status(JobStatus::Failed);
             return Err(e);
         }
+        view.set_status(if self.control.stop.load(Ordering::SeqCst) { JobStatus::Canceled } else { JobStatus::Finished });
         Ok(JobResult { operators: self.metrics.snapshot(), elapsed: started.elapsed() })
     }
 }
