@@ -3,6 +3,7 @@
 use super::stream::{DataStream, Graph};
 use crate::config::JobConfig;
 use crate::graph::{JobPlan, NodeKind};
+use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::runtime::chain::Fanout;
 use crate::runtime::executor::{build_tasks, compile, spawn, JobControl};
