@@ -134,11 +134,16 @@ impl SensorGenerator {
         self.start_ms
     }
 
-    /// Records split `k` emits in a bounded run.
+    /// Records split `k` emits in a bounded run: its share of the first `records` readings
+    /// in round-major order (round 0 of every sensor, then round 1, ...), so every sensor
+    /// gets the same number of readings, give or take one.
     pub fn split_records(&self, k: u32) -> Option<u64> {
         self.config.records.map(|r| {
-            let s = u64::from(self.splits);
-            r / s + u64::from(u64::from(k) < r % s)
+            let (s, k) = (u64::from(self.splits), u64::from(k));
+            let full_rounds = r / self.config.sensors;
+            let rem = r % self.config.sensors;
+            let partial = if rem > k { (rem - k).div_ceil(s) } else { 0 };
+            full_rounds * self.split_sensors(k as u32) + partial
         })
     }
 
@@ -186,5 +191,37 @@ impl Source for SensorGenerator {
         let mut generator = self.clone();
         generator.start_ms = start_ms;
         Ok(Box::new(GeneratorReader::new(generator, ctx.subtask, ctx.parallelism, &positions)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_runs_give_every_sensor_its_share() {
+        for (sensors, splits, records) in [(50u64, 8u32, 30_000u64), (7, 3, 100), (5, 8, 12), (1000, 8, 999)] {
+            let g = GeneratorConfig { sensors, splits, records: Some(records), rate: 0.0, ..Default::default() }
+                .build()
+                .unwrap();
+            let total: u64 = (0..g.splits()).map(|k| g.split_records(k).unwrap()).sum();
+            assert_eq!(total, records);
+            let mut per_sensor = std::collections::BTreeMap::new();
+            for k in 0..g.splits() {
+                for n in 0..g.split_records(k).unwrap() {
+                    *per_sensor.entry(g.record(k, n, g.split_sensors(k)).sensor_id).or_insert(0u64) += 1;
+                }
+            }
+            let (min, max) = (per_sensor.values().min().unwrap(), per_sensor.values().max().unwrap());
+            assert!(max - min <= 1, "{sensors} sensors, {splits} splits: {min}..{max}");
+        }
+    }
+
+    #[test]
+    fn bad_configuration_names_the_setting() {
+        let err = GeneratorConfig { sensors: 0, ..Default::default() }.build().unwrap_err().to_string();
+        assert!(err.contains("sensors"), "{err}");
+        let err = GeneratorConfig { rate: -1.0, ..Default::default() }.build().unwrap_err().to_string();
+        assert!(err.contains("rate"), "{err}");
     }
 }
