@@ -211,6 +211,11 @@ def check_registry(env, require_all):
         if got != records:
             raise AssertionError(f"Avro round trip: {got}")
         roundtrip = "Avro serde round trip through Kafka ok"
+        from confluent_kafka.admin import AdminClient
+        AdminClient({"bootstrap.servers": brokers}).delete_topics([topic])
+    if not os.environ.get("CHECK_STACK_TOPIC"):
+        sr.delete_subject(subject)
+        sr.delete_subject(subject, permanent=True)
     return f"{subject}: ids {id1},{id2}, versions {versions}, incompatible rejected (409); {roundtrip}"
 
 
