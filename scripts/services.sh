@@ -514,8 +514,11 @@ print_status() { # -> 0 if all given services are up
   local s rc=0 pid p owner
   for s in "$@"; do
     pid=$(svc_pid "$s")
-    if [[ -n $pid ]]; then
+    if [[ -n $pid ]] && port_open "$(running_port "$s")"; then
       printf '%-9s up    %-45s pid %s\n' "$s" "$(svc_addr "$s")" "$pid"
+    elif [[ -n $pid ]]; then
+      rc=3
+      printf '%-9s starting/unhealthy (pid %s, port closed)  %s  log: %s\n' "$s" "$pid" "$(svc_addr "$s")" "$(svc_log "$s")"
     else
       rc=3
       p=$(svc_port "$s"); owner=
