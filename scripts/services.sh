@@ -105,7 +105,7 @@ tail_log() {
     warn "last lines of $log:"
     tail -n "${2:-40}" "$log" | sed 's/^/    /' >&2
   else
-    warn "(no log at $log)"
+    warn "(nothing logged yet in $log; previous run: $log.1)"
   fi
 }
 
@@ -235,6 +235,11 @@ appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
+# startup / shutdown milestones, so that a slow start shows how far it got
+logger.raftserver.name = kafka.server.KafkaRaftServer
+logger.raftserver.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
 EOF
 }
 
