@@ -21,6 +21,10 @@ pub struct JobConfig {
     pub progress_interval: Option<Duration>,
     /// Stop cleanly on SIGINT/SIGTERM.
     pub handle_signals: bool,
+    /// Serve the REST API and web UI on this address while the job runs (`None`: no
+    /// server; `CAUDAL__WEB_BIND`, `off` disables). Bind 127.0.0.1 unless other hosts
+    /// should reach it.
+    pub web_bind: Option<std::net::SocketAddr>,
 }
 
 impl Default for JobConfig {
@@ -33,6 +37,7 @@ impl Default for JobConfig {
             linger: Duration::from_millis(5),
             progress_interval: None,
             handle_signals: true,
+            web_bind: None,
         }
     }
 }
@@ -53,6 +58,14 @@ impl JobConfig {
                 "MAX_PARALLELISM" => self.max_parallelism = parse_u(&value)? as u32,
                 "BATCH_SIZE" => self.batch_size = parse_u(&value)? as usize,
                 "CHANNEL_CAPACITY" => self.channel_capacity = parse_u(&value)? as usize,
+                "WEB_BIND" => {
+                    self.web_bind = match value.trim() {
+                        "" | "off" | "none" => None,
+                        v => Some(v.parse().map_err(|_| {
+                            Error::config(key.clone(), format!("expected an address like 127.0.0.1:8081, got `{v}`"))
+                        })?),
+                    }
+                }
                 _ => {}
             }
         }

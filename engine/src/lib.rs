@@ -36,6 +36,7 @@ mod runtime;
 pub mod source;
 pub mod testing;
 pub mod types;
+pub mod web;
 
 pub use api::env::{JobResult, ProgressFn, StopHandle, StreamEnv};
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};

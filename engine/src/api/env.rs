@@ -182,6 +182,13 @@ impl StreamEnv {
         }
         let view = Arc::new(JobView::new(job_name, compiled.plan.clone(), self.metrics.clone(), self.stop_handle()));
         view.set_status(JobStatus::Running);
+        // The REST API and web UI, for as long as this call runs (dropped on return).
+        let _web = match self.config.web_bind {
+            Some(addr) => Some(crate::web::WebServer::start_for_job(addr, view.clone()).inspect_err(|_| {
+                view.set_status(JobStatus::Failed);
+            })?),
+            None => None,
+        };
         let handles = spawn(tasks, &self.control, None)?;
         let mut last_progress = Instant::now();
         while handles.iter().any(|h| !h.thread.is_finished()) {

@@ -1,0 +1,126 @@
+//! `/metrics` in the Prometheus text exposition format (version 0.0.4).
+
+use super::registry::JobRegistry;
+use super::views::{status_name, ALL_STATUSES};
+use crate::types::{MAX_WATERMARK, MIN_WATERMARK};
+use std::fmt::Write;
+
+/// The content type of the text format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Metric names, in one place.
+pub mod names {
+    /// 1 for the job's current status, 0 for the others (label `status`).
+    pub const JOB_STATUS: &str = "caudal_job_status";
+    /// Job start, seconds since the epoch.
+    pub const JOB_START_TIME: &str = "caudal_job_start_time_seconds";
+    /// Failures of the job.
+    pub const JOB_FAILURES: &str = "caudal_job_failures_total";
+    /// Checkpoints by status (label `status`).
+    pub const CHECKPOINTS: &str = "caudal_checkpoints_total";
+    /// Records into an operator subtask.
+    pub const RECORDS_IN: &str = "caudal_operator_records_in_total";
+    /// Records out of an operator subtask.
+    pub const RECORDS_OUT: &str = "caudal_operator_records_out_total";
+    /// Seconds an operator subtask spent processing.
+    pub const BUSY_SECONDS: &str = "caudal_operator_busy_seconds_total";
+    /// Seconds an operator subtask spent blocked on a full output channel.
+    pub const BACKPRESSURED_SECONDS: &str = "caudal_operator_backpressured_seconds_total";
+    /// An operator subtask's input watermark, ms since the epoch (absent before the first).
+    pub const WATERMARK: &str = "caudal_operator_watermark_milliseconds";
+    /// An operator's own counters (label `counter`, e.g. `late_records`).
+    pub const OPERATOR_COUNTER: &str = "caudal_operator_counter_total";
+}
+
+/// Escape a label value: backslash, double quote and line feed.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    lines: String,
+}
+
+impl Family {
+    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
+        Family { name, help, kind, lines: String::new() }
+    }
+
+    fn add(&mut self, labels: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.lines, "{}{{{labels}}} {value}", self.name);
+    }
+
+    fn write_to(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
+        out.push_str(&self.lines);
+    }
+}
+
+/// Every series of every job.
+pub(crate) fn render(registry: &JobRegistry) -> String {
+    use names::*;
+    let mut status = Family::new(JOB_STATUS, "gauge", "1 for the job's current status, 0 for the others.");
+    let mut start = Family::new(JOB_START_TIME, "gauge", "Job start time, seconds since the epoch.");
+    let mut failures = Family::new(JOB_FAILURES, "counter", "Failures of the job.");
+    let mut checkpoints = Family::new(CHECKPOINTS, "counter", "Checkpoints of the job by status.");
+    let mut rin = Family::new(RECORDS_IN, "counter", "Records into an operator subtask.");
+    let mut rout = Family::new(RECORDS_OUT, "counter", "Records out of an operator subtask.");
+    let mut busy = Family::new(BUSY_SECONDS, "counter", "Seconds an operator subtask spent processing.");
+    let mut bp = Family::new(
+        BACKPRESSURED_SECONDS,
+        "counter",
+        "Seconds an operator subtask spent blocked on a full output channel.",
+    );
+    let mut wm =
+        Family::new(WATERMARK, "gauge", "Input watermark of an operator subtask, milliseconds since the epoch.");
+    let mut custom = Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
+    for job in registry.list() {
+        let v = &job.view;
+        let j = label(&v.name);
+        let current = v.status();
+        for s in ALL_STATUSES {
+            status.add(&format!("job=\"{j}\",status=\"{}\"", status_name(s)), u8::from(s == current));
+        }
+        start.add(&format!("job=\"{j}\""), v.started_ms as f64 / 1000.0);
+        failures.add(&format!("job=\"{j}\""), v.failures().len());
+        let cps = v.checkpoints();
+        for st in ["COMPLETED", "FAILED", "IN_PROGRESS"] {
+            checkpoints.add(&format!("job=\"{j}\",status=\"{st}\""), cps.iter().filter(|c| c.status == st).count());
+        }
+        for op in v.metrics.snapshot() {
+            let o = format!("job=\"{j}\",operator=\"{}\",operator_id=\"{}\"", label(&op.name), op.id);
+            for (i, s) in op.subtasks.iter().enumerate() {
+                let l = format!("{o},subtask=\"{i}\"");
+                rin.add(&l, s.records_in);
+                rout.add(&l, s.records_out);
+                busy.add(&l, s.busy_ns as f64 / 1e9);
+                bp.add(&l, s.backpressured_ns as f64 / 1e9);
+                if s.watermark != MIN_WATERMARK && s.watermark != MAX_WATERMARK {
+                    wm.add(&l, s.watermark);
+                }
+            }
+            for (name, value) in &op.counters {
+                custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
+            }
+        }
+    }
+    let mut out = String::new();
+    for f in [&status, &start, &failures, &checkpoints, &rin, &rout, &busy, &bp, &wm, &custom] {
+        f.write_to(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::label;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

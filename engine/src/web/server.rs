@@ -1,0 +1,110 @@
+//! The server's own thread: a current-thread Tokio runtime serving the router and
+//! running the sampler, so serving never takes a core from the tasks.
+
+use super::api;
+use super::registry::{JobRegistry, SAMPLE_INTERVAL};
+use crate::job::JobView;
+use crate::{Error, Result};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A running web server; dropping it stops the server and joins its thread.
+///
+/// # Examples
+/// ```
+/// use caudal::web::{JobRegistry, WebServer};
+/// use std::sync::Arc;
+/// let server = WebServer::start("127.0.0.1:0".parse().unwrap(), Arc::new(JobRegistry::new())).unwrap();
+/// assert!(server.url().starts_with("http://127.0.0.1:"));
+/// drop(server); // stops it
+/// ```
+#[derive(Debug)]
+pub struct WebServer {
+    addr: SocketAddr,
+    registry: Arc<JobRegistry>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WebServer {
+    /// Listen on `bind` and serve the jobs of `registry` until dropped.
+    ///
+    /// Fails with a configuration error naming `web_bind` when the address cannot be bound.
+    pub fn start(bind: SocketAddr, registry: Arc<JobRegistry>) -> Result<WebServer> {
+        let listener = std::net::TcpListener::bind(bind)
+            .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
+        listener.set_nonblocking(true).map_err(|e| Error::io("web server: configuring the listener", e))?;
+        let addr = listener.local_addr().map_err(|e| Error::io("web server: reading the bound address", e))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("web server: starting its runtime", e))?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| Error::io("web server: registering the listener", e))?
+        };
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let app = api::router(registry.clone());
+        let sampled = registry.clone();
+        let thread = std::thread::Builder::new()
+            .name("caudal-web".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+                        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                        loop {
+                            tick.tick().await;
+                            sampled.sample_all();
+                        }
+                    });
+                    tokio::select! {
+                        r = axum::serve(listener, app) => {
+                            if let Err(e) = r {
+                                eprintln!("caudal web server on {addr} stopped: {e}");
+                            }
+                        }
+                        _ = stopped => {}
+                    }
+                });
+                // Dropping the runtime here ends open connections and the sampler.
+            })
+            .map_err(|e| Error::io("web server: spawning its thread", e))?;
+        Ok(WebServer { addr, registry, shutdown: Some(shutdown), thread: Some(thread) })
+    }
+
+    /// Serve one job (embedded mode: what `StreamEnv::execute` does with `web_bind`).
+    pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>) -> Result<WebServer> {
+        let registry = Arc::new(JobRegistry::new());
+        registry.register(job);
+        Self::start(bind, registry)
+    }
+
+    /// The address the server listens on (the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<address>`, the UI's overview page.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The jobs the server shows.
+    pub fn registry(&self) -> &Arc<JobRegistry> {
+        &self.registry
+    }
+}
+
+impl Drop for WebServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
