@@ -35,7 +35,10 @@ impl ApiError {
     }
 
     fn bad_parameter(name: &str, message: impl std::fmt::Display) -> Self {
-        ApiError { status: StatusCode::BAD_REQUEST, message: format!("invalid parameter `{name}`: {message}") }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("invalid parameter `{name}`: {message}"),
+        }
     }
 
     fn no_job(name: &str) -> Self {
@@ -93,12 +96,14 @@ async fn list_jobs(State(reg): Reg, query: Params) -> ApiResult<JobList> {
     let p = params(query, &["status"])?;
     let status = match p.get("status") {
         None => None,
-        Some(s) => Some(ALL_STATUSES.into_iter().find(|st| status_name(*st).eq_ignore_ascii_case(s)).ok_or_else(
-            || {
-                let names: Vec<String> = ALL_STATUSES.iter().map(|s| status_name(*s)).collect();
-                ApiError::bad_parameter("status", format!("`{s}` is not one of {}", names.join(", ")))
-            },
-        )?),
+        Some(s) => {
+            Some(ALL_STATUSES.into_iter().find(|st| status_name(*st).eq_ignore_ascii_case(s)).ok_or_else(
+                || {
+                    let names: Vec<String> = ALL_STATUSES.iter().map(|s| status_name(*s)).collect();
+                    ApiError::bad_parameter("status", format!("`{s}` is not one of {}", names.join(", ")))
+                },
+            )?)
+        }
     };
     let now = now_ms();
     let jobs = reg

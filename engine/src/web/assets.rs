@@ -10,7 +10,8 @@ const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON_SVG: &str = include_str!("assets/favicon.svg");
 
 fn page(status: StatusCode, content_type: &'static str, body: &'static str) -> Response {
-    (status, [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+    (status, [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body)
+        .into_response()
 }
 
 /// The single page: the overview at `/`, a job at `/jobs/{name}` (routed in app.js).

@@ -75,9 +75,13 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "counter",
         "Seconds an operator subtask spent blocked on a full output channel.",
     );
-    let mut wm =
-        Family::new(WATERMARK, "gauge", "Input watermark of an operator subtask, milliseconds since the epoch.");
-    let mut custom = Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
+    let mut wm = Family::new(
+        WATERMARK,
+        "gauge",
+        "Input watermark of an operator subtask, milliseconds since the epoch.",
+    );
+    let mut custom =
+        Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
     for job in registry.list() {
         let v = &job.view;
         let j = label(&v.name);
@@ -89,7 +93,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         failures.add(&format!("job=\"{j}\""), v.failures().len());
         let cps = v.checkpoints();
         for st in ["COMPLETED", "FAILED", "IN_PROGRESS"] {
-            checkpoints.add(&format!("job=\"{j}\",status=\"{st}\""), cps.iter().filter(|c| c.status == st).count());
+            checkpoints
+                .add(&format!("job=\"{j}\",status=\"{st}\""), cps.iter().filter(|c| c.status == st).count());
         }
         for op in v.metrics.snapshot() {
             let o = format!("job=\"{j}\",operator=\"{}\",operator_id=\"{}\"", label(&op.name), op.id);

@@ -35,7 +35,8 @@ impl WebServer {
         let listener = std::net::TcpListener::bind(bind)
             .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
         listener.set_nonblocking(true).map_err(|e| Error::io("web server: configuring the listener", e))?;
-        let addr = listener.local_addr().map_err(|e| Error::io("web server: reading the bound address", e))?;
+        let addr =
+            listener.local_addr().map_err(|e| Error::io("web server: reading the bound address", e))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

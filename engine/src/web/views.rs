@@ -228,10 +228,12 @@ impl MetricsView {
                             let sums: Vec<(f64, f64)> = pairs
                                 .iter()
                                 .map(|(a, b)| {
-                                    rates_between(a, b, op.id).unwrap_or_default().iter().fold(
-                                        (0.0, 0.0),
-                                        |(i, o), r| (i + r.records_in_per_sec, o + r.records_out_per_sec),
-                                    )
+                                    rates_between(a, b, op.id)
+                                        .unwrap_or_default()
+                                        .iter()
+                                        .fold((0.0, 0.0), |(i, o), r| {
+                                            (i + r.records_in_per_sec, o + r.records_out_per_sec)
+                                        })
                                 })
                                 .collect();
                             OperatorRateSeries {
@@ -246,11 +248,8 @@ impl MetricsView {
             });
             (rates, history)
         });
-        let operators = snapshot
-            .iter()
-            .zip(rates)
-            .map(|(op, rates)| operator_metrics(op, rates.as_deref()))
-            .collect();
+        let operators =
+            snapshot.iter().zip(rates).map(|(op, rates)| operator_metrics(op, rates.as_deref())).collect();
         MetricsView {
             job: job.view.name.clone(),
             status: job.view.status(),
@@ -398,7 +397,8 @@ impl WatermarksView {
                     })
                     .collect();
                 let held_back_by = min.and_then(|(sub, _)| {
-                    let inputs: Vec<&PlanEdge> = v.plan.edges.iter().filter(|e| e.to == op.id as usize).collect();
+                    let inputs: Vec<&PlanEdge> =
+                        v.plan.edges.iter().filter(|e| e.to == op.id as usize).collect();
                     if inputs.is_empty() {
                         let w = op.subtasks[sub].watermark;
                         return Some(HeldBackBy {
@@ -413,7 +413,8 @@ impl WatermarksView {
                     let mut best: Option<(&OperatorSnapshot, usize, Timestamp)> = None;
                     for e in inputs {
                         let Some(up) = by_id(e.from) else { continue };
-                        let one_to_one = e.partitioning == EdgeKind::Forward && up.subtasks.len() == op.subtasks.len();
+                        let one_to_one =
+                            e.partitioning == EdgeKind::Forward && up.subtasks.len() == op.subtasks.len();
                         for (j, s) in up.subtasks.iter().enumerate() {
                             if one_to_one && j != sub {
                                 continue;
