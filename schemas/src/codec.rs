@@ -51,6 +51,11 @@ pub trait AvroRecord: Sized + Serialize + DeserializeOwned + Send + Sync + 'stat
     }
 }
 
+/// Parses Avro schema JSON (an `.avsc` file's text) into a [`Schema`].
+pub fn parse_schema(json: &str) -> Result<Schema> {
+    Schema::parse_str(json).map_err(Error::invalid_schema)
+}
+
 /// Parses an embedded schema; used by the records' `schema()` once.
 pub(crate) fn parse_embedded(json: &str) -> Schema {
     match Schema::parse_str(json) {

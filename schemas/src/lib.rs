@@ -41,9 +41,10 @@ pub mod registry;
 pub mod serdes;
 pub mod wire;
 
+pub use apache_avro;
 pub use apache_avro::Schema;
-pub use codec::AvroRecord;
-pub use compat::{check_backward, CompatibilityLevel, Incompatibility};
+pub use codec::{parse_schema, AvroRecord};
+pub use compat::{check, check_backward, check_forward, CompatibilityLevel, Incompatibility};
 pub use error::{DecodeError, Error, RegistryError, Result};
 pub use records::{EventType, ProcessedReading, SensorReading, UserInteraction, WindowStats};
 pub use registry::{subject_for_topic, InMemorySchemaStore, RegistryClient, SchemaStore};

@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::compat::CompatibilityLevel;
+use crate::compat::{check, CompatibilityLevel, Incompatibility};
 use crate::error::{Error, RegistryError, Result};
 
 /// The registry's content type for request bodies.
@@ -251,6 +251,16 @@ impl RegistryClient {
             format!("/compatibility/subjects/{}/versions/latest?verbose=true", encode_segment(subject));
         let resp: CompatibilityResponse = self.request(Method::Post(&body), &path)?;
         Ok(CompatibilityReport { is_compatible: resp.is_compatible, messages: resp.messages })
+    }
+
+    /// Checks `new` locally against the latest version of `subject` at the subject's
+    /// compatibility level (as `caudal schema check` does before a deploy): the outer
+    /// `Result` is the registry conversation, the inner one the verdict with a
+    /// human-readable reason. Levels Caudal does not know are checked as BACKWARD.
+    pub fn check_against_latest(&self, subject: &str, new: &Schema) -> Result<Result<(), Incompatibility>> {
+        let latest = self.latest(subject)?;
+        let level = self.compatibility(subject)?.unwrap_or(CompatibilityLevel::Backward);
+        Ok(check(level, new, &latest.schema))
     }
 
     fn request<T: serde::de::DeserializeOwned>(&self, method: Method<'_>, path: &str) -> Result<T> {

@@ -114,6 +114,10 @@ fn backward_subject_accepts_defaulted_fields_and_refuses_required_ones() {
     let old = Schema::parse_str(SENSOR_V2_WITH_UNIT).unwrap();
     assert!(caudal_schemas::check_backward(&new, &old).is_err());
 
+    let verdict = client.check_against_latest(&subject, &new).unwrap();
+    let reason = verdict.unwrap_err().reason;
+    assert!(reason.contains("`unit`"), "{reason}");
+
     match client.register_json(&subject, SENSOR_V2_UNIT_NO_DEFAULT) {
         Err(Error::Registry(e)) => assert_eq!(e.status, 409, "{e}"),
         other => panic!("an incompatible schema must be refused with 409, got {other:?}"),
