@@ -62,7 +62,10 @@ impl JobConfig {
                     self.web_bind = match value.trim() {
                         "" | "off" | "none" => None,
                         v => Some(v.parse().map_err(|_| {
-                            Error::config(key.clone(), format!("expected an address like 127.0.0.1:8081, got `{v}`"))
+                            Error::config(
+                                key.clone(),
+                                format!("expected an address like 127.0.0.1:8081, got `{v}`"),
+                            )
                         })?),
                     }
                 }

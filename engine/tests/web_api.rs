@@ -125,6 +125,7 @@ impl Client {
     fn new(addr: SocketAddr) -> Self {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .proxy(None)
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .into();

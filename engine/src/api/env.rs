@@ -184,9 +184,10 @@ impl StreamEnv {
         view.set_status(JobStatus::Running);
         // The REST API and web UI, for as long as this call runs (dropped on return).
         let _web = match self.config.web_bind {
-            Some(addr) => Some(crate::web::WebServer::start_for_job(addr, view.clone()).inspect_err(|_| {
-                view.set_status(JobStatus::Failed);
-            })?),
+            Some(addr) => {
+                let server = crate::web::WebServer::start_for_job(addr, view.clone());
+                Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
+            }
             None => None,
         };
         let handles = spawn(tasks, &self.control, None)?;

@@ -187,6 +187,11 @@ impl JobEntry {
         if h.ended_ms.is_none() && is_final(status) {
             h.ended_ms = Some(sample.at_ms);
         }
+        // A sample right after another (registration, then the sampler's first tick) would
+        // turn a start-up burst into a spike of the rate.
+        if h.samples.back().is_some_and(|last| at.duration_since(last.at) < SAMPLE_INTERVAL / 2) {
+            return;
+        }
         if h.samples.len() >= HISTORY_SAMPLES {
             h.samples.pop_front();
         }

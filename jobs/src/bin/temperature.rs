@@ -59,6 +59,12 @@ struct Args {
     /// Seconds between progress lines (0 = none).
     #[arg(long, default_value_t = 5)]
     progress_secs: u64,
+    /// Address of the web UI and REST API while the job runs (127.0.0.1: this machine only).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    ui_bind: std::net::SocketAddr,
+    /// Run without the web UI and REST API.
+    #[arg(long)]
+    no_ui: bool,
 }
 
 fn non_negative(s: &str) -> Result<f64, String> {
@@ -104,6 +110,7 @@ fn main() -> anyhow::Result<()> {
     let config = JobConfig {
         parallelism: args.parallelism,
         progress_interval: (args.progress_secs > 0).then(|| Duration::from_secs(args.progress_secs)),
+        web_bind: (!args.no_ui).then_some(args.ui_bind),
         ..JobConfig::default()
     }
     .with_env_overrides()?;
@@ -130,6 +137,9 @@ fn main() -> anyhow::Result<()> {
     env.on_progress(|ops, elapsed| eprintln!("{}", progress_line(ops, elapsed)));
     if let SinkKind::File(dir) = &job.sink {
         eprintln!("temperature: writing to {}/{{readings,windows}}; Ctrl-C stops", dir.display());
+    }
+    if let Some(addr) = env.config().web_bind {
+        eprintln!("temperature: web UI at http://{addr}/jobs/temperature (REST API under /api/v1)");
     }
     let result = env.execute("temperature").context("temperature job failed")?;
     eprintln!("{}", progress_line(&result.operators, result.elapsed));

@@ -228,7 +228,8 @@ function jobPage(name) {
       <div class="card-head"><h2>Job graph</h2>
         <div class="legend">idle<span class="grad" style="background:linear-gradient(90deg,${busyColour(0)},${busyColour(0.5)},${busyColour(1)})"></span>busy
           <span><span class="sw" style="background:#1e1b4b"></span>BP: backpressured</span>
-          <span>— chained &nbsp; ━ network</span></div></div>
+          <span><svg width="26" height="8" aria-hidden="true"><path d="M1,4 H25" stroke="#94a3b8" stroke-width="1.6" stroke-dasharray="5 4"/></svg> chained</span>
+          <span><svg width="26" height="8" aria-hidden="true"><path d="M1,4 H25" stroke="#64748b" stroke-width="2"/></svg> network</span></div></div>
       <div class="graph-wrap"><svg id="job-graph" role="img" aria-label="Operator graph"></svg></div>
     </section>
     <section class="card" id="rates-card">
@@ -319,7 +320,7 @@ function renderTiles(detail, metrics, watermarks, checkpoints) {
 
 // ---------- the graph: layered layout, left to right ----------
 
-const NODE_W = 186, NODE_H = 70, GAP_X = 74, GAP_Y = 26, PAD = 16;
+const NODE_W = 158, NODE_H = 68, GAP_X = 54, GAP_Y = 24, PAD = 14;
 
 function layoutGraph(ops, edges) {
   const ids = ops.map((o) => o.id);
@@ -390,10 +391,11 @@ function renderGraph(layout, detail, metrics) {
     const cls = e.chained ? "edge" : "edge net";
     const dash = e.chained ? ` stroke-dasharray="5 4"` : "";
     edges += `<path class="${cls}"${dash} d="M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}" marker-end="url(#arrow)"/>`;
-    const label = e.partitioning + (e.chained ? " · chained" : "");
-    const lw = label.length * 6 + 12, mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
-    edges += `<g class="edge-label" data-from="${e.from}" data-to="${e.to}"><rect x="${mx - lw / 2}" y="${my - 9}" width="${lw}" height="18" rx="9"/>
-      <text x="${mx}" y="${my + 3.5}" text-anchor="middle">${esc(label)}</text></g>`;
+    const mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
+    const how = e.chained ? "chained: same task, no channel" : "network channel between tasks";
+    edges += `<g class="edge-label${e.chained ? " chained" : ""}" data-from="${e.from}" data-to="${e.to}">
+      <title>${esc(e.partitioning)} (${how})</title>
+      <text x="${mx}" y="${my - 6}" text-anchor="middle">${esc(e.partitioning)}</text></g>`;
   }
   for (const op of detail.operators) {
     const p = layout.xy.get(op.id);
@@ -412,16 +414,19 @@ records in ${fmtInt(m && m.records_in)}, out ${fmtInt(m && m.records_out)}
 busy ${fmtPct(busy)}, backpressured ${fmtPct(bp)}</title>
       <rect width="${NODE_W}" height="${NODE_H}" rx="9" fill="${fill}" stroke="${stroke}" stroke-width="${sw}"/>
       <rect width="5" height="${NODE_H - 16}" x="0" y="8" rx="2.5" fill="${kindColour(op.kind)}"/>
-      <text class="op-name" x="14" y="21">${esc(truncate(op.name, 24))}</text>
+      <text class="op-name" x="14" y="21">${esc(truncate(op.name, 19))}</text>
       <text class="op-sub" x="14" y="38">${esc(op.kind)} · ×${op.parallelism} · ${esc(task)}</text>
       <text class="op-rate" x="14" y="58">${esc(fmtRate(rate))} rec/s</text>
       <text class="op-busy" x="${NODE_W - 10}" y="58" text-anchor="end">${op.kind === "source" ? "" : "busy " + esc(fmtPct(busy))}</text>
       ${bp != null && bp >= 0.05 ? `<g class="bp-tag" transform="translate(${NODE_W - 62},8)"><rect width="54" height="16" rx="8"/><text x="27" y="11.5" text-anchor="middle">BP ${esc(fmtPct(bp))}</text></g>` : ""}
     </g>`;
   }
+  // Fit the card's width, shrinking to 60 % at most (wider graphs scroll).
+  const avail = Math.max(320, svg.parentNode.clientWidth - 24);
+  const w = Math.round(Math.min(layout.width, Math.max(avail, layout.width * 0.6)));
   svg.setAttribute("viewBox", `0 0 ${layout.width} ${layout.height}`);
-  svg.setAttribute("width", layout.width);
-  svg.setAttribute("height", layout.height);
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", Math.round((layout.height * w) / layout.width));
   svg.innerHTML = `<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
     <path d="M0,0 L10,5 L0,10 z" fill="#64748b"/></marker></defs>${edges}${nodes}`;
 }
@@ -441,8 +446,11 @@ function renderChart(metrics) {
   const H = 240, L = 58, R = 14, T = 12, B = 28;
   const h = metrics.history || { at_ms: [], operators: [] };
   const now = metrics.now_ms;
-  const x0 = now - HISTORY_SECS * 1000;
-  const sx = (t) => L + ((t - x0) / (HISTORY_SECS * 1000)) * (W - L - R);
+  // The time axis spans the data there is: 30 s at least, HISTORY_SECS at most.
+  const first = h.at_ms.length ? h.at_ms[0] : now;
+  const spanS = Math.min(HISTORY_SECS, Math.max(30, Math.ceil((now - first) / 10000) * 10));
+  const x0 = now - spanS * 1000;
+  const sx = (t) => L + ((t - x0) / (spanS * 1000)) * (W - L - R);
   const kinds = new Map(metrics.operators.map((o) => [o.id, o.kind]));
   const series = h.operators.map((s, i) => ({
     name: s.name,
@@ -456,9 +464,10 @@ function renderChart(metrics) {
     const v = (max * k) / 4, y = sy(v);
     out += `<line class="grid" x1="${L}" x2="${W - R}" y1="${y}" y2="${y}"/><g class="axis"><text x="${L - 8}" y="${y + 4}" text-anchor="end">${fmtRate(v)}</text></g>`;
   }
-  for (let s = 0; s <= HISTORY_SECS; s += 30) {
+  const step = spanS <= 40 ? 5 : spanS <= 80 ? 10 : 30;
+  for (let s = spanS % step; s <= spanS; s += step) {
     const x = sx(x0 + s * 1000);
-    const label = s === HISTORY_SECS ? "now" : `-${HISTORY_SECS - s}s`;
+    const label = s === spanS ? "now" : `-${spanS - s}s`;
     out += `<g class="axis"><text x="${x}" y="${H - 8}" text-anchor="middle">${label}</text></g>`;
   }
   if (h.at_ms.length < 2) {

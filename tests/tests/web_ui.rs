@@ -1,0 +1,399 @@
+//! The web UI in a real browser: headless Chromium (Debian's `chromium` and
+//! `chromium-driver`, installed by `scripts/install-deps.sh`) driven over WebDriver,
+//! against the real temperature pipeline run embedded with `web_bind`.
+//!
+//! Screenshots of each page land in `target/ui-screenshots/` (or
+//! `$CAUDAL_ARTIFACTS/ui-screenshots/`).
+
+use caudal::{JobConfig, StopHandle, StreamEnv};
+use caudal_jobs::temperature::{SinkKind, TemperatureJob};
+use caudal_operators::generator::GeneratorConfig;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+fn artifacts() -> PathBuf {
+    let root = match std::env::var_os("CAUDAL_ARTIFACTS") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"),
+    };
+    let dir = root.join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The first of `candidates` that exists, else whatever `which name` finds.
+fn find_binary(env_var: &str, candidates: &[&str], name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env_var) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = candidates.iter().map(PathBuf::from).find(|p| p.exists()) {
+        return Some(p);
+    }
+    let out = Command::new("which").arg(name).output().ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// A WebDriver session on a chromedriver this test started (ended on drop).
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    agent: ureq::Agent,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let missing = |what: &str| -> ! {
+            panic!(
+                "{what} not found: the web UI tests need Debian's chromium and chromium-driver. \
+                 Run scripts/install-deps.sh (or set CHROMIUM / CHROMEDRIVER to their paths)."
+            )
+        };
+        let chromium =
+            find_binary("CHROMIUM", &["/usr/bin/chromium", "/usr/bin/chromium-browser"], "chromium")
+                .unwrap_or_else(|| missing("chromium"));
+        let chromedriver = find_binary("CHROMEDRIVER", &["/usr/bin/chromedriver"], "chromedriver")
+            .unwrap_or_else(|| missing("chromedriver"));
+        let port = free_addr().port();
+        let driver = Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", chromedriver.display()));
+        let profile = tempfile::tempdir().unwrap();
+        let mut b = Browser {
+            driver,
+            base: format!("http://127.0.0.1:{port}"),
+            session: String::new(),
+            agent: agent(),
+            _profile: profile,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = b.agent.get(format!("{}/status", b.base)).call().ok().and_then(|mut r| {
+                r.body_mut().read_json::<Value>().ok().map(|v| v["value"]["ready"] == true)
+            });
+            if ready == Some(true) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not become ready on port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1360,1000",
+            "--force-device-scale-factor=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--user-data-dir={}", b._profile.path().display())])
+        .collect::<Vec<_>>();
+        let caps = json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": { "binary": chromium.to_string_lossy(), "args": args },
+        }}});
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_string();
+        b
+    }
+
+    /// A WebDriver command; returns its `value`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.base);
+        let resp = match (method, body) {
+            ("GET", _) => self.agent.get(&url).call(),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            (_, Some(b)) => self.agent.post(&url).send_json(b),
+            (_, None) => self.agent.post(&url).send_json(json!({})),
+        };
+        let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status();
+        let v: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
+        assert!(status.is_success(), "{method} {path}: {status} {v}");
+        v["value"].clone()
+    }
+
+    fn session(&self, path: &str) -> String {
+        format!("/session/{}{path}", self.session)
+    }
+
+    fn goto(&self, url: &str) {
+        self.call("POST", &self.session("/url"), Some(json!({ "url": url })));
+    }
+
+    /// Run `script` (a function body) in the page; returns what it returns.
+    fn eval(&self, script: &str) -> Value {
+        self.call("POST", &self.session("/execute/sync"), Some(json!({ "script": script, "args": [] })))
+    }
+
+    /// Poll `script` until it returns something truthy; returns that.
+    fn wait_for(&self, what: &str, script: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.eval(script);
+            let truthy = !matches!(&v, Value::Null | Value::Bool(false))
+                && v.as_array().is_none_or(|a| !a.is_empty())
+                && v.as_str().is_none_or(|s| !s.is_empty());
+            if truthy {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what} (last: {v})");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn resize(&self, width: u64, height: u64) {
+        self.call("POST", &self.session("/window/rect"), Some(json!({ "width": width, "height": height })));
+    }
+
+    /// A PNG of the viewport, written to `path`.
+    fn screenshot(&self, path: &Path) {
+        let v = self.call("GET", &self.session("/screenshot"), None);
+        let png = base64_decode(v.as_str().expect("screenshot is base64"));
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::write(path, png).unwrap();
+    }
+
+    /// The whole page: grow the window to the document's height first.
+    fn full_page_screenshot(&self, path: &Path) {
+        let h = self.eval("return document.documentElement.scrollHeight;").as_u64().unwrap_or(1000);
+        self.resize(1360, h.clamp(600, 6000) + 120);
+        std::thread::sleep(Duration::from_millis(1_500)); // one refresh at the new size
+        self.screenshot(path);
+        self.resize(1360, 1000);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self.agent.delete(format!("{}/session/{}", self.base, self.session)).call();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for v in s.bytes().filter_map(val) {
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// The temperature pipeline, unbounded and throttled, serving its UI on `addr`.
+fn start_temperature(
+    addr: SocketAddr,
+) -> (StopHandle, std::thread::JoinHandle<caudal::Result<caudal::JobResult>>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let job = TemperatureJob {
+            generator: GeneratorConfig {
+                sensors: 40,
+                rate: 25.0,
+                records: None,
+                seed: 7,
+                faulty_fraction: 0.02,
+                splits: 4,
+                start_ms: None,
+            },
+            window: Duration::from_secs(5),
+            out_of_orderness: Duration::from_secs(1),
+            sink: SinkKind::Discard,
+        };
+        let config =
+            JobConfig { parallelism: 2, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
+        let env = StreamEnv::with_config(config);
+        job.build(&env)?;
+        let _ = tx.send(env.stop_handle());
+        env.execute("temperature")
+    });
+    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
+    (stop, runner)
+}
+
+#[test]
+fn job_page_shows_every_operator_and_live_rates_in_chromium() {
+    let addr = free_addr();
+    let (stop, runner) = start_temperature(addr);
+    let stop_on_panic = StopOnDrop(Some(stop));
+    let base = format!("http://{addr}");
+    let http = agent();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let detail: Value = loop {
+        if let Ok(mut r) = http.get(format!("{base}/api/v1/jobs/temperature")).call() {
+            if r.status() == 200 {
+                break r.body_mut().read_json().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "the job's web server did not come up on {addr}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut operators: Vec<String> = detail["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_string())
+        .collect();
+    operators.sort();
+    assert!(operators.len() >= 6, "{operators:?}");
+
+    let shots = artifacts();
+    let browser = Browser::start();
+
+    // Overview: the job is listed, running, with a link to its page.
+    browser.goto(&format!("{base}/"));
+    let listed = browser.wait_for(
+        "the job list",
+        "const a = document.querySelector('#jobs a'); return a ? a.textContent : null;",
+        Duration::from_secs(20),
+    );
+    assert_eq!(listed, "temperature");
+    browser.wait_for(
+        "the job's input rate",
+        "const c = document.querySelectorAll('#jobs tbody td'); return c.length > 5 && c[5].textContent !== '—';",
+        Duration::from_secs(20),
+    );
+    assert!(browser.eval("return document.querySelector('#jobs .badge').textContent;") == "RUNNING");
+    browser.screenshot(&shots.join("overview.png"));
+
+    // Job page: the graph has every operator, labelled, with its partitioning on edges.
+    browser.goto(&format!("{base}/jobs/temperature"));
+    let drawn = browser.wait_for(
+        "the operator graph",
+        "return Array.from(document.querySelectorAll('#job-graph .op-node')).map(g => g.dataset.operator);",
+        Duration::from_secs(20),
+    );
+    let mut drawn: Vec<String> =
+        drawn.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    drawn.sort();
+    assert_eq!(drawn, operators, "every operator is a box of the graph");
+    let svg_text = browser.eval("return document.querySelector('#job-graph').textContent;");
+    for name in &operators {
+        assert!(svg_text.as_str().unwrap().contains(name.as_str()), "graph text lacks {name}");
+    }
+    let labels = browser.eval(
+        "return Array.from(document.querySelectorAll('#job-graph .edge-label text')).map(t => t.textContent);",
+    );
+    let labels: Vec<&str> = labels.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(labels.len(), detail["edges"].as_array().unwrap().len(), "{labels:?}");
+    assert!(labels.contains(&"hash"), "key_by shows as a hash edge: {labels:?}");
+    let chained = browser.eval("return document.querySelectorAll('#job-graph .edge-label.chained').length;");
+    let want = detail["edges"].as_array().unwrap().iter().filter(|e| e["chained"] == true).count();
+    assert_eq!(chained.as_u64().unwrap() as usize, want, "chained edges are marked");
+
+    // Rates: after a few samples every operator has a line with several points, and the
+    // source's box shows a non-zero rate.
+    let points = browser.wait_for(
+        "the rates chart",
+        "const p = Array.from(document.querySelectorAll('#rates-chart path.series'));
+         const n = p.map(e => (e.getAttribute('d').match(/L/g) || []).length + 1);
+         return p.length > 0 && Math.min(...n) >= 3 ? n : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(points.as_array().unwrap().len(), operators.len(), "one line per operator");
+    let source_rate = browser.wait_for(
+        "a source rate in the graph",
+        "const g = document.querySelector('#job-graph .op-node[data-operator=\"sensor-generator\"] .op-rate');
+         return g && !g.textContent.startsWith('0 ') && !g.textContent.startsWith('—') ? g.textContent : null;",
+        Duration::from_secs(20),
+    );
+    assert!(source_rate.as_str().unwrap().ends_with("rec/s"), "{source_rate}");
+
+    // Tables: operators, watermarks (event time flows), empty checkpoints, no failures.
+    let rows = browser.eval("return document.querySelectorAll('#operators tbody tr').length;");
+    assert_eq!(rows.as_u64().unwrap() as usize, operators.len());
+    browser.wait_for(
+        "an event-time watermark at the windows",
+        "const r = document.querySelector('#watermarks tr[data-operator=\"window-stats\"]');
+         return r && /\\d\\d:\\d\\d:\\d\\d/.test(r.children[1].textContent);",
+        Duration::from_secs(30),
+    );
+    let cp = browser.eval("return document.querySelector('#checkpoints-table').textContent;");
+    assert!(cp.as_str().unwrap().contains("No checkpoints yet"), "{cp}");
+    let failures = browser.eval("return document.querySelector('#failures').textContent;");
+    assert!(failures.as_str().unwrap().contains("No failures"), "{failures}");
+    assert_eq!(browser.eval("return document.querySelector('#live').classList.contains('ok');"), true);
+
+    // Subtasks expand on click.
+    browser.eval("document.querySelector('#operators [data-toggle]').click(); return null;");
+    browser.wait_for(
+        "subtask rows",
+        "return document.querySelectorAll('#operators tr.sub').length > 0;",
+        Duration::from_secs(5),
+    );
+    browser.screenshot(&shots.join("job.png"));
+    browser.full_page_screenshot(&shots.join("job-full.png"));
+
+    // Cancel from the UI: the job stops cleanly and its server goes with it.
+    browser.eval("window.confirm = () => true; document.querySelector('#cancel-btn').click(); return null;");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !runner.is_finished() {
+        assert!(Instant::now() < deadline, "the job did not stop after Cancel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let result = runner.join().unwrap().expect("the job ends cleanly");
+    assert!(result.operator("sensor-generator").unwrap().records_out > 0);
+    browser.wait_for(
+        "the disconnected state",
+        "return document.querySelector('#live').classList.contains('bad');",
+        Duration::from_secs(10),
+    );
+    drop(stop_on_panic);
+}
+
+/// Stops the job if the test panics before it cancels it.
+struct StopOnDrop(Option<StopHandle>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.stop();
+        }
+    }
+}
