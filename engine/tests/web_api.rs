@@ -1,5 +1,8 @@
 //! The REST API against a running embedded job: every endpoint, its values and its errors.
 
+// Test helpers fail the test by panicking.
+#![allow(clippy::unwrap_used)]
+
 use caudal::{
     Batch, JobConfig, OperatorContext, Result, Sink, Source, SourceContext, SourceOutput, SourcePoll,
 };

@@ -5,6 +5,9 @@
 //! Screenshots of each page land in `target/ui-screenshots/` (or
 //! `$CAUDAL_ARTIFACTS/ui-screenshots/`).
 
+// Test helpers fail the test by panicking.
+#![allow(clippy::unwrap_used)]
+
 use caudal::{JobConfig, StopHandle, StreamEnv};
 use caudal_jobs::temperature::{SinkKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
