@@ -251,7 +251,7 @@ fn every_endpoint_against_a_running_job() {
     );
     // 2 subtasks × 2000/s; generous bounds for a loaded machine
     let rate = ticks["records_out_per_sec"].as_f64().unwrap();
-    assert!((1_000.0..8_000.0).contains(&rate), "ticks rate {rate}");
+    assert!((500.0..20_000.0).contains(&rate), "ticks rate {rate}");
     let pass = op(&m2["operators"], "pass");
     assert_eq!(pass["subtasks"].as_array().unwrap().len(), 3);
     assert!(pass["records_in_per_sec"].as_f64().unwrap() > 0.0);

@@ -28,7 +28,8 @@ function fmtRate(r) {
 }
 
 function fmtPct(x) {
-  return x == null ? "—" : Math.round(x * 100) + "%";
+  if (x == null) return "—";
+  return x > 0 && x < 0.005 ? "<1%" : Math.round(x * 100) + "%";
 }
 
 function fmtDuration(ms) {
@@ -181,7 +182,9 @@ function overviewPage() {
   $("#app").innerHTML = `
     <div class="page-head"><div><div class="eyebrow">Overview</div><h1>Jobs</h1>
       <div class="meta">Every job this server shows. Click one for its graph, rates, watermarks and checkpoints.</div></div></div>
-    <section class="card" id="jobs-card"><div id="jobs-table"><p class="empty">Loading…</p></div></section>`;
+    <section class="card" id="jobs-card"><div id="jobs-table"><p class="empty">Loading…</p></div></section>
+    <p class="footnote">REST API: <a href="/api/v1/jobs">/api/v1/jobs</a> · described by <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>
+      · Prometheus: <a href="/metrics">/metrics</a></p>`;
   startPolling(async () => {
     const list = await api("/jobs");
     const metrics = await Promise.all(list.jobs.map((j) => api(jobUrl(j.name) + "/metrics").catch(() => null)));
