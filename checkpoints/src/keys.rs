@@ -1,0 +1,223 @@
+//! The byte layout of state keys, shared by every backend.
+//!
+//! ```text
+//! key_group: u16 BE | state: u8 len + name | key: u16 BE len + bytes | namespace: u16 BE len + bytes | map_key: rest
+//! ```
+//!
+//! The key group comes first, so a key-group range is one contiguous range of the
+//! sorted key space; the state name, key and namespace are length-prefixed, so no
+//! prefix of one state (key, namespace) can be the prefix of another. `map_key` is
+//! empty except for map state, whose entries of one (key, namespace) share a prefix.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::{Error, Result};
+
+/// The name of a registered state (`"window-sums"`), validated and pre-encoded.
+///
+/// Names are stored in every key, so keep them short; at most 255 bytes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct StateId {
+    /// `len u8 | name`.
+    encoded: Arc<[u8]>,
+}
+
+impl StateId {
+    /// Validates the name (1..=255 bytes).
+    pub fn new(name: &str) -> Result<Self> {
+        let len = u8::try_from(name.len())
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or_else(|| Error::config("state name", format!("`{name}` must be 1-255 bytes")))?;
+        let mut encoded = Vec::with_capacity(name.len() + 1);
+        encoded.push(len);
+        encoded.extend_from_slice(name.as_bytes());
+        Ok(StateId { encoded: encoded.into() })
+    }
+
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        // Built from a &str in `new`.
+        std::str::from_utf8(&self.encoded[1..]).unwrap_or("?")
+    }
+
+    pub(crate) fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
+impl fmt::Debug for StateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StateId({:?})", self.name())
+    }
+}
+
+impl fmt::Display for StateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The address of one state entry, borrowed from the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct StateKey<'a> {
+    /// The key group of `key`.
+    pub key_group: u16,
+    /// Which registered state.
+    pub state: &'a StateId,
+    /// The serialized record key (the key of `key_by`).
+    pub key: &'a [u8],
+    /// The serialized namespace (the window), empty for none.
+    pub namespace: &'a [u8],
+    /// The serialized map key for map state, empty otherwise.
+    pub map_key: &'a [u8],
+}
+
+impl<'a> StateKey<'a> {
+    /// An entry without namespace and map key.
+    pub fn new(key_group: u16, state: &'a StateId, key: &'a [u8]) -> Self {
+        StateKey { key_group, state, key, namespace: &[], map_key: &[] }
+    }
+
+    /// Appends the full encoded key to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<()> {
+        self.encode_prefix_into(out)?;
+        out.extend_from_slice(self.map_key);
+        Ok(())
+    }
+
+    /// The full encoded key.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(
+            2 + self.state.encoded().len() + 4 + self.key.len() + self.namespace.len() + self.map_key.len(),
+        );
+        self.encode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the encoding up to and including the namespace (the prefix shared by
+    /// all map entries of this key and namespace).
+    pub fn encode_prefix_into(&self, out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(&self.key_group.to_be_bytes());
+        out.extend_from_slice(self.state.encoded());
+        push_len_prefixed(out, self.key, self.state, "key")?;
+        push_len_prefixed(out, self.namespace, self.state, "namespace")?;
+        Ok(())
+    }
+}
+
+fn push_len_prefixed(out: &mut Vec<u8>, bytes: &[u8], state: &StateId, what: &str) -> Result<()> {
+    let len = u16::try_from(bytes.len()).map_err(|_| Error::Codec {
+        state: state.name().to_string(),
+        reason: format!("{what} is {} bytes, the limit is 65535", bytes.len()),
+    })?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// A decoded key, borrowing from the encoded bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedKey<'a> {
+    /// Key group.
+    pub key_group: u16,
+    /// State name.
+    pub state: &'a str,
+    /// Serialized record key.
+    pub key: &'a [u8],
+    /// Serialized namespace.
+    pub namespace: &'a [u8],
+    /// Serialized map key (empty for non-map state).
+    pub map_key: &'a [u8],
+}
+
+/// Decodes an encoded key; `None` when the bytes do not follow the layout.
+pub fn decode_key(bytes: &[u8]) -> Option<DecodedKey<'_>> {
+    let (kg, rest) = bytes.split_first_chunk::<2>()?;
+    let (name_len, rest) = rest.split_first()?;
+    let name_len = usize::from(*name_len);
+    if rest.len() < name_len {
+        return None;
+    }
+    let (name, rest) = rest.split_at(name_len);
+    let state = std::str::from_utf8(name).ok()?;
+    let (key, rest) = split_len_prefixed(rest)?;
+    let (namespace, map_key) = split_len_prefixed(rest)?;
+    Some(DecodedKey { key_group: u16::from_be_bytes(*kg), state, key, namespace, map_key })
+}
+
+fn split_len_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_first_chunk::<2>()?;
+    let len = usize::from(u16::from_be_bytes(*len));
+    if rest.len() < len {
+        return None;
+    }
+    Some(rest.split_at(len))
+}
+
+/// The encoded key group of a key (its first two bytes).
+pub fn key_group_of_encoded(bytes: &[u8]) -> Option<u16> {
+    bytes.first_chunk::<2>().map(|b| u16::from_be_bytes(*b))
+}
+
+/// Lower bound (inclusive) of the keys of key group `kg`.
+pub fn key_group_lower_bound(kg: u16) -> [u8; 2] {
+    kg.to_be_bytes()
+}
+
+/// Upper bound (exclusive) of the keys of key group `kg`: the start of `kg + 1`, or
+/// `None` past the last group (`u16::MAX`).
+pub fn key_group_upper_bound(kg: u16) -> Option<[u8; 2]> {
+    kg.checked_add(1).map(u16::to_be_bytes)
+}
+
+/// The smallest byte string greater than every string starting with `prefix`, or
+/// `None` when there is none (all bytes 0xff).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut out = prefix.to_vec();
+    while let Some(last) = out.pop() {
+        if last < 0xff {
+            out.push(last + 1);
+            return Some(out);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let s = StateId::new("sums").unwrap();
+        let k = StateKey { key_group: 77, state: &s, key: b"sensor-1", namespace: b"w", map_key: b"mk" };
+        let enc = k.encode().unwrap();
+        let d = decode_key(&enc).unwrap();
+        assert_eq!(d.key_group, 77);
+        assert_eq!(d.state, "sums");
+        assert_eq!(d.key, b"sensor-1");
+        assert_eq!(d.namespace, b"w");
+        assert_eq!(d.map_key, b"mk");
+    }
+
+    #[test]
+    fn state_names_do_not_collide_as_prefixes() {
+        let a = StateId::new("a").unwrap();
+        let ab = StateId::new("ab").unwrap();
+        let ka = StateKey::new(1, &a, b"bx").encode().unwrap();
+        let kab = StateKey::new(1, &ab, b"x").encode().unwrap();
+        let mut pa = Vec::new();
+        StateKey::new(1, &a, b"").encode_into(&mut pa).unwrap();
+        assert!(!kab.starts_with(&ka));
+        assert_ne!(decode_key(&ka).unwrap().state, decode_key(&kab).unwrap().state);
+    }
+
+    #[test]
+    fn successor() {
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
+        assert_eq!(prefix_successor(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xff]), None);
+    }
+}
