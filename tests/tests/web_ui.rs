@@ -44,7 +44,7 @@ fn artifacts() -> PathBuf {
 /// The first of `candidates` that exists, else whatever `which name` finds.
 fn find_binary(env_var: &str, candidates: &[&str], name: &str) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env_var) {
-        return Some(PathBuf::from(p));
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
     }
     if let Some(p) = candidates.iter().map(PathBuf::from).find(|p| p.exists()) {
         return Some(p);
