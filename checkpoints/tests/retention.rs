@@ -22,8 +22,9 @@ fn retention_deletes_unreferenced_shared_files_only() {
     for n in 1..=6u64 {
         // Overwrite the same keys so that compaction drops old SSTs over time.
         for i in 0..3_000u64 {
-            let key = (i % 1_000).to_be_bytes();
-            t.backend.put(&StateKey::new((i % 128) as u16, &id, &key), &vec![n as u8; 300]).unwrap();
+            let k = i % 1_000;
+            let key = k.to_be_bytes();
+            t.backend.put(&StateKey::new((k % 128) as u16, &id, &key), &vec![n as u8; 300]).unwrap();
         }
         let (meta, _) = checkpoint(&store, &paths, JOB, n, &mut [&mut t]);
         metas.push(meta);

@@ -150,6 +150,7 @@ fn second_checkpoint_uploads_only_new_sst_files() {
     let mut r = r;
     r.backend.put(&StateKey::new(1, &id, b"after-restore"), b"x").unwrap();
     let (_, s3) = checkpoint(&store, &paths, JOB, 3, &mut [&mut r]);
+    eprintln!("checkpoint 3 after restore: {:?}", s3[0]);
     assert!(s3[0].reused_files >= 3, "{:?}", s3[0]);
 }
 
