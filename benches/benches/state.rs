@@ -5,8 +5,8 @@
 //! CAUDAL_BENCH_STATE_MB=1024 cargo bench -p caudal-benches --bench state -- checkpoint
 //! ```
 //!
-//! * `value_state/{heap,rocksdb}/{get,put}`: one typed `ValueState` access on 100,000
-//!   keys.
+//! * `value_state/{heap,rocksdb,rocksdb+cache}/{get,put}`: one typed `ValueState` access
+//!   on 100,000 keys (`rocksdb+cache`: RocksDB behind the default write-back cache).
 //! * `checkpoint/<N>MB/sync`: the synchronous snapshot part (flush + RocksDB
 //!   checkpoint of hard links) after 1 % of the keys changed.
 //! * `checkpoint/<N>MB/incremental_upload`: the asynchronous part to a local
@@ -21,9 +21,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use caudal_checkpoints::{
-    CheckpointId, CheckpointPaths, CheckpointStore, HeapStateBackend, KeyGroupRange, KeyedStateBackend,
-    ObjectCheckpointStore, OperatorId, RocksDbConfig, RocksDbStateBackend, StateId, StateKey, StateLocation,
-    SubtaskIndex, ValueState,
+    CachingBackend, CheckpointId, CheckpointPaths, CheckpointStore, HeapStateBackend, KeyGroupRange,
+    KeyedStateBackend, ObjectCheckpointStore, OperatorId, RocksDbConfig, RocksDbStateBackend, StateId,
+    StateKey, StateLocation, SubtaskIndex, ValueState,
 };
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -53,8 +53,22 @@ fn value_state(c: &mut Criterion) {
         (
             "rocksdb",
             Box::new(
-                RocksDbStateBackend::open(dir.path(), &op(), range, &RocksDbConfig::default()).expect("open"),
+                RocksDbStateBackend::open(&dir.path().join("plain"), &op(), range, &RocksDbConfig::default())
+                    .expect("open"),
             ),
+        ),
+        (
+            "rocksdb+cache",
+            Box::new(CachingBackend::new(
+                RocksDbStateBackend::open(
+                    &dir.path().join("cached"),
+                    &op(),
+                    range,
+                    &RocksDbConfig::default(),
+                )
+                .expect("open"),
+                caudal_checkpoints::backend::cache::DEFAULT_CACHE_ENTRIES,
+            )),
         ),
     ];
     let mut group = c.benchmark_group("value_state");

@@ -63,9 +63,9 @@ pub mod state;
 pub mod store;
 
 pub use backend::{
-    handles_for_range, CachingBackend, EntryPage, HeapStateBackend, KeyGroupStats, KeyedStateBackend,
-    RawEntry, RocksDbConfig, RocksDbStateBackend, SnapshotResult, StateHandle, StateSnapshot,
-    StateWriteBatch, StoredFile, UploadStats,
+    handles_for_range, BackendKind, CachingBackend, EntryPage, HeapStateBackend, KeyGroupStats,
+    KeyedStateBackend, RawEntry, RocksDbConfig, RocksDbStateBackend, SnapshotResult, StateBackendConfig,
+    StateHandle, StateSnapshot, StateWriteBatch, StoredFile, UploadStats,
 };
 pub use error::{Error, ErrorClass, Result};
 pub use ids::{CheckpointId, OperatorId, SubtaskIndex};

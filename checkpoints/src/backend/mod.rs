@@ -13,6 +13,7 @@
 //!    is durable, so the next checkpoint reuses the files of this one (incremental).
 
 pub mod cache;
+mod config;
 pub mod heap;
 pub mod rocksdb;
 
@@ -25,6 +26,7 @@ use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
 
 pub use cache::CachingBackend;
+pub use config::{BackendKind, StateBackendConfig};
 pub use heap::HeapStateBackend;
 pub use rocksdb::{RocksDbConfig, RocksDbStateBackend};
 

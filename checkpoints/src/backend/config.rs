@@ -1,0 +1,128 @@
+//! The one configuration the engine needs to open or restore a backend.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CachingBackend, HeapStateBackend, KeyedStateBackend, RocksDbConfig, RocksDbStateBackend, StateHandle,
+};
+use crate::ids::OperatorId;
+use crate::keygroup::KeyGroupRange;
+use crate::store::CheckpointStore;
+use crate::Result;
+
+/// Which backend holds keyed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// In memory (tests, small jobs).
+    Heap,
+    /// RocksDB on local disk (the default for jobs).
+    #[default]
+    Rocksdb,
+}
+
+/// State backend settings of a job. `build`-style entry points: [`Self::open`] and
+/// [`Self::restore`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateBackendConfig {
+    /// `rocksdb` (default) or `heap`.
+    pub kind: BackendKind,
+    /// Entries of the write-back cache in front of RocksDB per subtask (0 disables
+    /// it). Hot keys are then read and written in memory and written through at
+    /// checkpoints.
+    pub cache_entries: usize,
+    /// RocksDB tuning.
+    pub rocksdb: RocksDbConfig,
+}
+
+impl Default for StateBackendConfig {
+    fn default() -> Self {
+        StateBackendConfig {
+            kind: BackendKind::Rocksdb,
+            cache_entries: super::cache::DEFAULT_CACHE_ENTRIES,
+            rocksdb: RocksDbConfig::default(),
+        }
+    }
+}
+
+impl StateBackendConfig {
+    /// Heap state, for tests.
+    pub fn heap() -> Self {
+        StateBackendConfig { kind: BackendKind::Heap, ..Default::default() }
+    }
+
+    /// Checks the values; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        self.rocksdb.validate()
+    }
+
+    /// An empty backend for `operator` over `range`; `dir` is the subtask's working
+    /// directory (unused by the heap backend).
+    pub fn open(
+        &self,
+        dir: &Path,
+        operator: &OperatorId,
+        range: KeyGroupRange,
+    ) -> Result<Box<dyn KeyedStateBackend>> {
+        self.validate()?;
+        Ok(match self.kind {
+            BackendKind::Heap => Box::new(HeapStateBackend::new(range)),
+            BackendKind::Rocksdb => {
+                self.wrap(RocksDbStateBackend::open(dir, operator, range, &self.rocksdb)?)
+            }
+        })
+    }
+
+    /// A backend for `operator` over `range` restored from `handles` (the handles of
+    /// all old subtasks whose ranges intersect `range`: see
+    /// [`super::handles_for_range`]).
+    pub fn restore(
+        &self,
+        dir: &Path,
+        operator: &OperatorId,
+        range: KeyGroupRange,
+        handles: &[StateHandle],
+        store: &dyn CheckpointStore,
+    ) -> Result<Box<dyn KeyedStateBackend>> {
+        self.validate()?;
+        Ok(match self.kind {
+            BackendKind::Heap => Box::new(HeapStateBackend::restore(range, handles, store)?),
+            BackendKind::Rocksdb => {
+                self.wrap(RocksDbStateBackend::restore(dir, operator, range, &self.rocksdb, handles, store)?)
+            }
+        })
+    }
+
+    fn wrap(&self, backend: RocksDbStateBackend) -> Box<dyn KeyedStateBackend> {
+        if self.cache_entries == 0 {
+            Box::new(backend)
+        } else {
+            Box::new(CachingBackend::new(backend, self.cache_entries))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_with_defaults_and_rejects_unknown_fields() {
+        let c: StateBackendConfig = serde_json::from_str(r#"{"kind":"heap"}"#).unwrap();
+        assert_eq!(c.kind, BackendKind::Heap);
+        assert_eq!(c.rocksdb, RocksDbConfig::default());
+        let c: StateBackendConfig = serde_json::from_str(r#"{"rocksdb":{"block_cache_mb":256}}"#).unwrap();
+        assert_eq!(c.kind, BackendKind::Rocksdb);
+        assert_eq!(c.rocksdb.block_cache_mb, 256);
+        assert!(serde_json::from_str::<StateBackendConfig>(r#"{"rocksdb":{"cache_mb":1}}"#).is_err());
+        let bad = StateBackendConfig {
+            rocksdb: RocksDbConfig { max_background_jobs: 0, ..Default::default() },
+            ..Default::default()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("rocksdb.max_background_jobs"), "{err}");
+    }
+}
