@@ -158,8 +158,8 @@ impl StorageUrl {
 }
 
 /// Checkpoint storage on `object_store`, with a blocking API: it owns a small
-/// current-thread tokio runtime. Call it from plain threads, not from inside an async
-/// runtime.
+/// current-thread tokio runtime. Meant for plain threads; inside an async runtime each
+/// call blocks the calling worker (it runs on a helper thread).
 pub struct ObjectCheckpointStore {
     store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
@@ -250,8 +250,20 @@ impl ObjectCheckpointStore {
         })
     }
 
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.runtime.block_on(f)
+    /// Runs `f` on the store's runtime. Called from inside another tokio runtime (a
+    /// REST handler, say), it runs on a short-lived helper thread instead of panicking.
+    fn block_on<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.runtime.block_on(f);
+        }
+        std::thread::scope(|s| match s.spawn(|| self.runtime.block_on(f)).join() {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
     }
 }
 
@@ -384,6 +396,17 @@ mod tests {
         let c: CheckpointStorageConfig = serde_json::from_str("{}").unwrap();
         assert_eq!(c.url, "./data/checkpoints");
         assert!(c.s3.conditional_put);
+    }
+
+    #[test]
+    fn works_inside_another_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ObjectCheckpointStore::local(dir.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            store.put("x", Bytes::from_static(b"1")).unwrap();
+            assert_eq!(store.head("x").unwrap(), Some(1));
+        });
     }
 
     #[test]
