@@ -118,19 +118,20 @@ fn second_checkpoint_uploads_only_new_sst_files() {
     }
     // Let compaction settle so that it does not rewrite files between the checkpoints.
     db.wait_for_background_work().unwrap();
-    let mut t = TestBackend { backend: Box::new(db), dir };
-    let (_, s1) = checkpoint(&store, &paths, JOB, 1, &mut [&mut t]);
+    let (_, s1) = common::checkpoint_backends(&store, &paths, JOB, 1, &mut [&mut db]);
     let s1 = s1[0];
     assert_eq!(s1.reused_files, 0);
     assert!(s1.uploaded_files >= 4, "{s1:?}");
+    db.wait_for_background_work().unwrap();
 
     // A small change: 20 keys.
     for i in 0..20u64 {
-        t.backend.put(&StateKey::new((i % 128) as u16, &id, b"changed"), &noise(i + 1_000_000, 500)).unwrap();
+        db.put(&StateKey::new((i % 128) as u16, &id, b"changed"), &noise(i + 1_000_000, 500)).unwrap();
     }
     let bytes_before = store.put_bytes();
-    let (meta2, s2) = checkpoint(&store, &paths, JOB, 2, &mut [&mut t]);
+    let (meta2, s2) = common::checkpoint_backends(&store, &paths, JOB, 2, &mut [&mut db]);
     let s2 = s2[0];
+    let t = TestBackend { backend: Box::new(db), dir };
     let written = store.put_bytes() - bytes_before;
     let total = meta2.state_size();
     eprintln!("checkpoint 1: {s1:?}\ncheckpoint 2: {s2:?}, {written} of {total} bytes written");

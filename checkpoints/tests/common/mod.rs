@@ -96,6 +96,19 @@ pub fn checkpoint(
     id: u64,
     backends: &mut [&mut TestBackend],
 ) -> (CheckpointMetadata, Vec<UploadStats>) {
+    let mut raw: Vec<&mut (dyn KeyedStateBackend + 'static)> =
+        backends.iter_mut().map(|b| b.backend.as_mut()).collect();
+    checkpoint_backends(store, paths, job, id, &mut raw)
+}
+
+/// [`checkpoint`] over plain backends.
+pub fn checkpoint_backends(
+    store: &dyn CheckpointStore,
+    paths: &CheckpointPaths,
+    job: &str,
+    id: u64,
+    backends: &mut [&mut (dyn KeyedStateBackend + 'static)],
+) -> (CheckpointMetadata, Vec<UploadStats>) {
     let mut pending = PendingCheckpoint::new(
         CheckpointId(id),
         CheckpointKind::Checkpoint,
@@ -105,7 +118,7 @@ pub fn checkpoint(
     );
     let mut stats = Vec::new();
     for (i, b) in backends.iter_mut().enumerate() {
-        let snap = b.backend.snapshot(&location(paths, id, i as u32)).unwrap();
+        let snap = b.snapshot(&location(paths, id, i as u32)).unwrap();
         let result = snap.upload(store).unwrap();
         stats.push(result.stats);
         pending
@@ -122,7 +135,7 @@ pub fn checkpoint(
     }
     let meta = complete_checkpoint(store, paths, &mut pending, job, 128).unwrap();
     for b in backends.iter_mut() {
-        b.backend.notify_checkpoint_complete(CheckpointId(id));
+        b.notify_checkpoint_complete(CheckpointId(id));
     }
     (meta, stats)
 }
