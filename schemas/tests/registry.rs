@@ -101,27 +101,28 @@ fn backward_subject_accepts_defaulted_fields_and_refuses_required_ones() {
     let v1 = client.register(&subject, SensorReading::schema()).unwrap();
     assert_eq!(client.compatibility(&subject).unwrap(), Some(CompatibilityLevel::Backward));
 
-    let report = client.test_compatibility(&subject, SENSOR_V2_WITH_UNIT).unwrap();
-    assert!(report.is_compatible, "{report:?}");
-    let v2 = client.register_json(&subject, SENSOR_V2_WITH_UNIT).unwrap();
-    assert_ne!(v1, v2);
-    assert_eq!(client.latest(&subject).unwrap().version, 2);
-
+    // Adding a field without a default: new readers could not read v1 data.
     let report = client.test_compatibility(&subject, SENSOR_V2_UNIT_NO_DEFAULT).unwrap();
     assert!(!report.is_compatible, "{report:?}");
-    // Our local check agrees with the registry.
+    // Our local check agrees with the registry, and names the field.
     let new = Schema::parse_str(SENSOR_V2_UNIT_NO_DEFAULT).unwrap();
-    let old = Schema::parse_str(SENSOR_V2_WITH_UNIT).unwrap();
-    assert!(caudal_schemas::check_backward(&new, &old).is_err());
-
+    assert!(caudal_schemas::check_backward(&new, SensorReading::schema()).is_err());
     let verdict = client.check_against_latest(&subject, &new).unwrap();
     let reason = verdict.unwrap_err().reason;
     assert!(reason.contains("`unit`"), "{reason}");
-
     match client.register_json(&subject, SENSOR_V2_UNIT_NO_DEFAULT) {
         Err(Error::Registry(e)) => assert_eq!(e.status, 409, "{e}"),
         other => panic!("an incompatible schema must be refused with 409, got {other:?}"),
     }
+
+    // Adding it with a default is fine.
+    let report = client.test_compatibility(&subject, SENSOR_V2_WITH_UNIT).unwrap();
+    assert!(report.is_compatible, "{report:?}");
+    let with_default = Schema::parse_str(SENSOR_V2_WITH_UNIT).unwrap();
+    assert_eq!(client.check_against_latest(&subject, &with_default).unwrap(), Ok(()));
+    let v2 = client.register_json(&subject, SENSOR_V2_WITH_UNIT).unwrap();
+    assert_ne!(v1, v2);
+    assert_eq!(client.latest(&subject).unwrap().version, 2);
 }
 
 #[test]
