@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The temperature job: same results at any parallelism, the anomaly filter drops exactly
 //! the faulty readings, and bad flags fail at start naming the flag.
 
@@ -103,7 +104,7 @@ fn bad_flags_fail_at_start_naming_the_flag() {
 fn a_bounded_run_from_the_command_line_writes_both_outputs() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().to_str().unwrap();
-    let out = temperature(&["--records", "5000", "--rate", "0", "--output", out_dir, "--progress-secs", "0"]);
+    let out = temperature(&["--records", "5000", "--rate", "0", "--output", out_dir, "--progress-secs", "0", "--no-ui"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("read 5000"), "{err}");

@@ -1,1 +1,171 @@
-fn main() {}
+//! End-to-end throughput runner: runs a pipeline unthrottled into the counting sink and
+//! prints records/s, records/s per CPU-core-second, CPU-seconds per million records and
+//! peak RSS. Each configuration runs in a child process so RSS and CPU are its own.
+//!
+//! ```text
+//! cargo run --release -p caudal-benches --bin throughput -- --records 20000000 --parallelism 1,2
+//! ```
+
+use anyhow::{bail, Context};
+use caudal::{JobConfig, StreamEnv};
+use caudal_jobs::temperature::{is_plausible, to_celsius, SinkKind, TemperatureJob};
+use caudal_operators::generator::GeneratorConfig;
+use caudal_operators::sinks::DiscardSink;
+use clap::{Parser, ValueEnum};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Pipeline {
+    /// generator → °C → filter → key_by → 1-minute windows → discard (and readings → discard).
+    Temperature,
+    /// pre-generated readings in memory → °C → filter → discard: the chained hot path.
+    MapFilter,
+}
+
+#[derive(Debug, Parser)]
+#[command(about = "Caudal end-to-end throughput runner")]
+struct Args {
+    /// Pipelines to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Pipeline::Temperature, Pipeline::MapFilter])]
+    pipeline: Vec<Pipeline>,
+    /// Readings per run.
+    #[arg(long, default_value_t = 20_000_000)]
+    records: u64,
+    /// Simulated sensors.
+    #[arg(long, default_value_t = 10_000)]
+    sensors: u64,
+    /// Parallelism values to run, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2])]
+    parallelism: Vec<u32>,
+    /// Internal: run one configuration and print its figures.
+    #[arg(long, hide = true)]
+    child: bool,
+}
+
+fn proc_status_kb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of this process (from /proc, clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the command: state is index 0; utime is field 14 overall → index 11.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -> anyhow::Result<()> {
+    let config = JobConfig { parallelism, handle_signals: false, ..JobConfig::default() };
+    let env = StreamEnv::with_config(config);
+    let generator = GeneratorConfig {
+        sensors,
+        rate: 0.0,
+        records: Some(records),
+        seed: 1,
+        faulty_fraction: 0.01,
+        splits: 8,
+        start_ms: None,
+    };
+    match pipeline {
+        Pipeline::Temperature => TemperatureJob {
+            generator,
+            window: Duration::from_secs(60),
+            out_of_orderness: Duration::from_secs(1),
+            sink: SinkKind::Discard,
+        }
+        .build(&env)?,
+        Pipeline::MapFilter => {
+            let g = generator.build()?;
+            let mut readings = Vec::with_capacity(records as usize);
+            'outer: for k in 0..g.splits() {
+                for n in 0..g.split_records(k).unwrap_or(0) {
+                    readings.push(g.record(k, n, g.split_sensors(k)));
+                    if readings.len() as u64 >= records {
+                        break 'outer;
+                    }
+                }
+            }
+            // One in-memory source subtask per parallel pipeline.
+            let mut streams = Vec::new();
+            let chunk = readings.len().div_ceil(parallelism as usize).max(1);
+            for (i, part) in readings.chunks(chunk).enumerate() {
+                streams.push(env.from_iter(&format!("memory-{i}"), part.to_vec()));
+            }
+            for s in streams {
+                s.map(to_celsius).filter(is_plausible).sink("discard", |_| Ok(DiscardSink::default()));
+            }
+        }
+    }
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let result = env.execute("throughput")?;
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let read = result
+        .operators
+        .iter()
+        .filter(|o| o.kind == "source")
+        .map(|o| o.records_out)
+        .sum::<u64>();
+    println!(
+        "{{\"records\":{read},\"seconds\":{secs:.3},\"cpu_seconds\":{cpu:.3},\"peak_rss_kb\":{}}}",
+        proc_status_kb("VmHWM:")
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.child {
+        let (Some(&pipeline), Some(&p)) = (args.pipeline.first(), args.parallelism.first()) else {
+            bail!("--child needs one pipeline and one parallelism");
+        };
+        return run_child(pipeline, p, args.records, args.sensors);
+    }
+    let exe = std::env::current_exe()?;
+    println!(
+        "{:<12} {:>3} {:>12} {:>8} {:>14} {:>16} {:>14} {:>10}",
+        "pipeline", "p", "records", "secs", "records/s", "rec/s per core", "CPU-s per 1M", "peak RSS"
+    );
+    for &pipeline in &args.pipeline {
+        for &p in &args.parallelism {
+            let name = format!("{pipeline:?}").to_lowercase();
+            let out = Command::new(&exe)
+                .args(["--child", "--pipeline", &name.replace("mapfilter", "map-filter")])
+                .args(["--parallelism", &p.to_string()])
+                .args(["--records", &args.records.to_string(), "--sensors", &args.sensors.to_string()])
+                .output()
+                .context("running a child")?;
+            if !out.status.success() {
+                bail!("child failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("child output")?;
+            let records = v["records"].as_f64().unwrap_or(0.0);
+            let secs = v["seconds"].as_f64().unwrap_or(1.0);
+            let cpu = v["cpu_seconds"].as_f64().unwrap_or(0.0);
+            let cores_used = (cpu / secs).max(0.01);
+            println!(
+                "{:<12} {:>3} {:>12} {:>8.2} {:>14.0} {:>16.0} {:>14.3} {:>7} MB",
+                name,
+                p,
+                records,
+                secs,
+                records / secs,
+                records / secs / cores_used,
+                cpu / (records / 1e6),
+                v["peak_rss_kb"].as_u64().unwrap_or(0) / 1024
+            );
+        }
+    }
+    Ok(())
+}
