@@ -39,6 +39,7 @@ mod error;
 pub mod records;
 pub mod registry;
 pub mod serdes;
+mod transcode;
 pub mod wire;
 
 pub use apache_avro;

@@ -10,6 +10,7 @@ use apache_avro::Schema;
 use crate::codec::{decode_resolved, AvroRecord};
 use crate::error::{Error, Result};
 use crate::registry::{subject_for_topic, SchemaStore};
+use crate::transcode::Transcoder;
 use crate::wire::{encode_framed, parse_frame};
 
 /// Frames records of `T` with the id of `T`'s schema, registered once at construction.
@@ -71,7 +72,9 @@ impl<T: AvroRecord> Serializer<T> {
 enum Plan {
     /// The writer schema is `T::schema()`: hand-written decoder.
     Fast,
-    /// Another schema: apache-avro schema resolution into `T::schema()`.
+    /// Another version of a flat record: rewritten into `T`'s layout, then fast path.
+    Transcode(Transcoder),
+    /// Anything else: apache-avro schema resolution into `T::schema()`.
     Resolve(Arc<Schema>),
     /// The store did not know the id at the instant; retried after [`NEGATIVE_TTL`].
     Unknown(Instant),
@@ -83,13 +86,16 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 
 /// Decodes Confluent-framed records into `T`: parses the frame, looks the writer schema
 /// up by id (once per id) and decodes with the fast path when the writer schema equals
-/// `T::schema()` (Parsing Canonical Form), else through schema resolution.
+/// `T::schema()` (Parsing Canonical Form), else through schema resolution: a compiled
+/// rewrite into `T`'s layout for other versions of a flat record (see
+/// `transcode.rs`), apache-avro's resolution for the rest.
 ///
 /// One per task: the cache is a plain map behind `&mut self`, no lock per record.
 pub struct Deserializer<T> {
     store: Arc<dyn SchemaStore>,
     plans: HashMap<u32, Plan>,
     last_fast_id: Option<u32>,
+    scratch: Vec<u8>,
     _record: PhantomData<fn() -> T>,
 }
 
@@ -102,7 +108,7 @@ impl<T> std::fmt::Debug for Deserializer<T> {
 impl<T: AvroRecord> Deserializer<T> {
     /// A deserializer resolving writer schemas through `store`.
     pub fn new(store: Arc<dyn SchemaStore>) -> Self {
-        Self { store, plans: HashMap::new(), last_fast_id: None, _record: PhantomData }
+        Self { store, plans: HashMap::new(), last_fast_id: None, scratch: Vec::new(), _record: PhantomData }
     }
 
     /// Decodes one framed message.
@@ -133,16 +139,24 @@ impl<T: AvroRecord> Deserializer<T> {
         if stale {
             let plan = match self.store.schema_by_id(id) {
                 Ok(writer) if *writer == *T::schema() => Plan::Fast,
-                Ok(writer) => Plan::Resolve(writer),
+                Ok(writer) => match Transcoder::compile(&writer, T::schema()) {
+                    Some(transcoder) => Plan::Transcode(transcoder),
+                    None => Plan::Resolve(writer),
+                },
                 Err(Error::UnknownSchemaId { .. }) => Plan::Unknown(Instant::now()),
                 Err(e) => return Err(e),
             };
             self.plans.insert(id, plan);
         }
-        match self.plans.get(&id) {
+        match self.plans.get_mut(&id) {
             Some(Plan::Fast) => {
                 self.last_fast_id = Some(id);
                 T::from_slice(payload)
+            }
+            Some(Plan::Transcode(transcoder)) => {
+                self.scratch.clear();
+                transcoder.transcode(payload, &mut self.scratch)?;
+                T::from_slice(&self.scratch)
             }
             Some(Plan::Resolve(writer)) => {
                 decode_resolved(writer, Some(T::schema()), payload).map_err(|e| match e {
