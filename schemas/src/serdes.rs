@@ -72,12 +72,20 @@ impl<T: AvroRecord> Serializer<T> {
 enum Plan {
     /// The writer schema is `T::schema()`: hand-written decoder.
     Fast,
-    /// Another version of a flat record: rewritten into `T`'s layout, then fast path.
-    Transcode(Transcoder),
+    /// Another version of a flat record: rewritten into `T`'s layout, then fast path
+    /// (index into `Deserializer::transcoders`).
+    Transcode(usize),
     /// Anything else: apache-avro schema resolution into `T::schema()`.
     Resolve(Arc<Schema>),
     /// The store did not know the id at the instant; retried after [`NEGATIVE_TTL`].
     Unknown(Instant),
+}
+
+/// The plans worth a shortcut past the map.
+#[derive(Debug, Clone, Copy)]
+enum Hot {
+    Fast,
+    Transcode(usize),
 }
 
 /// How long an unknown schema id is remembered before the store is asked again, so a
@@ -94,7 +102,9 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 pub struct Deserializer<T> {
     store: Arc<dyn SchemaStore>,
     plans: HashMap<u32, Plan>,
-    last_fast_id: Option<u32>,
+    transcoders: Vec<Transcoder>,
+    /// The plan of the last id seen, when it is a fast one: skips the map.
+    last: Option<(u32, Hot)>,
     scratch: Vec<u8>,
     _record: PhantomData<fn() -> T>,
 }
@@ -108,7 +118,14 @@ impl<T> std::fmt::Debug for Deserializer<T> {
 impl<T: AvroRecord> Deserializer<T> {
     /// A deserializer resolving writer schemas through `store`.
     pub fn new(store: Arc<dyn SchemaStore>) -> Self {
-        Self { store, plans: HashMap::new(), last_fast_id: None, scratch: Vec::new(), _record: PhantomData }
+        Self {
+            store,
+            plans: HashMap::new(),
+            transcoders: Vec::new(),
+            last: None,
+            scratch: Vec::new(),
+            _record: PhantomData,
+        }
     }
 
     /// Decodes one framed message.
@@ -119,15 +136,30 @@ impl<T: AvroRecord> Deserializer<T> {
     #[inline]
     pub fn deserialize(&mut self, bytes: &[u8]) -> Result<T> {
         let frame = parse_frame(bytes)?;
-        if self.last_fast_id == Some(frame.schema_id) {
-            return T::from_slice(frame.payload);
+        match self.last {
+            Some((id, Hot::Fast)) if id == frame.schema_id => T::from_slice(frame.payload),
+            Some((id, Hot::Transcode(i))) if id == frame.schema_id => self.transcode(i, frame.payload),
+            _ => self.deserialize_slow(frame.schema_id, frame.payload),
         }
-        self.deserialize_slow(frame.schema_id, frame.payload)
     }
 
-    /// The writer schema id of the last message decoded on the fast path.
+    /// The writer schema id of the last message decoded on the fast path as is (its
+    /// writer schema is `T::schema()`).
     pub fn last_fast_id(&self) -> Option<u32> {
-        self.last_fast_id
+        match self.last {
+            Some((id, Hot::Fast)) => Some(id),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn transcode(&mut self, index: usize, payload: &[u8]) -> Result<T> {
+        let Some(transcoder) = self.transcoders.get_mut(index) else {
+            return Err(Error::Resolution { writer_id: None, reason: "no transcoder".to_owned() });
+        };
+        self.scratch.clear();
+        transcoder.transcode(payload, &mut self.scratch)?;
+        T::from_slice(&self.scratch)
     }
 
     fn deserialize_slow(&mut self, id: u32, payload: &[u8]) -> Result<T> {
@@ -140,7 +172,10 @@ impl<T: AvroRecord> Deserializer<T> {
             let plan = match self.store.schema_by_id(id) {
                 Ok(writer) if *writer == *T::schema() => Plan::Fast,
                 Ok(writer) => match Transcoder::compile(&writer, T::schema()) {
-                    Some(transcoder) => Plan::Transcode(transcoder),
+                    Some(transcoder) => {
+                        self.transcoders.push(transcoder);
+                        Plan::Transcode(self.transcoders.len() - 1)
+                    }
                     None => Plan::Resolve(writer),
                 },
                 Err(Error::UnknownSchemaId { .. }) => Plan::Unknown(Instant::now()),
@@ -148,15 +183,15 @@ impl<T: AvroRecord> Deserializer<T> {
             };
             self.plans.insert(id, plan);
         }
-        match self.plans.get_mut(&id) {
+        match self.plans.get(&id) {
             Some(Plan::Fast) => {
-                self.last_fast_id = Some(id);
+                self.last = Some((id, Hot::Fast));
                 T::from_slice(payload)
             }
-            Some(Plan::Transcode(transcoder)) => {
-                self.scratch.clear();
-                transcoder.transcode(payload, &mut self.scratch)?;
-                T::from_slice(&self.scratch)
+            Some(Plan::Transcode(i)) => {
+                let i = *i;
+                self.last = Some((id, Hot::Transcode(i)));
+                self.transcode(i, payload)
             }
             Some(Plan::Resolve(writer)) => {
                 decode_resolved(writer, Some(T::schema()), payload).map_err(|e| match e {
