@@ -157,9 +157,7 @@ impl<T: AvroRecord> Deserializer<T> {
         let Some(transcoder) = self.transcoders.get_mut(index) else {
             return Err(Error::Resolution { writer_id: None, reason: "no transcoder".to_owned() });
         };
-        self.scratch.clear();
-        transcoder.transcode(payload, &mut self.scratch)?;
-        T::from_slice(&self.scratch)
+        transcoder.decode(payload, &mut self.scratch)
     }
 
     fn deserialize_slow(&mut self, id: u32, payload: &[u8]) -> Result<T> {

@@ -15,7 +15,7 @@ use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 
-use crate::codec::{get_bytes, get_index, get_long};
+use crate::codec::{get_bytes, get_index, get_long, AvroRecord};
 use crate::error::{DecodeError, Result};
 
 /// How to step over one writer value.
@@ -96,6 +96,9 @@ pub struct Transcoder {
     writer_fields: Vec<Skip>,
     steps: Vec<Step>,
     ranges: Vec<Range<usize>>,
+    /// `Some(n)` when the reader's fields are the writer's first `n`, in order (fields
+    /// only appended): the record decodes in place and the rest is skipped.
+    prefix: Option<usize>,
 }
 
 impl Transcoder {
@@ -110,7 +113,29 @@ impl Transcoder {
         let writer_fields = w.fields.iter().map(|f| Skip::of(&f.schema)).collect::<Option<Vec<_>>>()?;
         let steps = r.fields.iter().map(|rf| step_for(w, rf)).collect::<Option<Vec<_>>>()?;
         let ranges = vec![0..0; writer_fields.len()];
-        Some(Self { writer_fields, steps, ranges })
+        let in_place = steps.iter().enumerate().all(|(k, s)| matches!(s, Step::Copy(i) if *i == k));
+        let prefix = in_place.then_some(steps.len());
+        Some(Self { writer_fields, steps, ranges, prefix })
+    }
+
+    /// Decodes one writer datum (which must fill `payload`) as `T`, whose schema must be
+    /// the reader schema of [`Transcoder::compile`]; `scratch` holds the rewrite.
+    pub fn decode<T: AvroRecord>(&mut self, payload: &[u8], scratch: &mut Vec<u8>) -> Result<T> {
+        if let Some(n) = self.prefix {
+            let mut buf = payload;
+            let record = T::decode(&mut buf)?;
+            for skip in self.writer_fields.get(n..).unwrap_or_default() {
+                skip.skip(&mut buf)?;
+            }
+            return if buf.is_empty() {
+                Ok(record)
+            } else {
+                Err(DecodeError::TrailingBytes(buf.len()).into())
+            };
+        }
+        scratch.clear();
+        self.transcode(payload, scratch)?;
+        T::from_slice(scratch)
     }
 
     /// Rewrites one writer datum (which must fill `payload`) into the reader's layout,
@@ -208,6 +233,28 @@ mod tests {
             UserInteraction { user_id: "u9".into(), event_type: EventType::View, ts: 42, page_url: None }
         );
         assert!(t.transcode(&payload[..payload.len() - 1], &mut out).is_err());
+    }
+
+    #[test]
+    fn appended_fields_decode_in_place() {
+        let writer = parse(
+            r#"{"type":"record","name":"SensorReading","namespace":"io.caudal","fields":[
+                {"name":"sensor_id","type":"int"},
+                {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+                {"name":"lat","type":"double"},{"name":"lon","type":"double"},
+                {"name":"temp_f","type":"double"},
+                {"name":"unit","type":"string","default":"F"}]}"#,
+        );
+        let mut t = Transcoder::compile(&writer, SensorReading::schema()).unwrap();
+        assert_eq!(t.prefix, Some(5));
+        let r = SensorReading { sensor_id: -3, ts: 9, lat: 1.0, lon: 2.0, temp_f: 3.0 };
+        let mut payload = r.to_vec();
+        crate::codec::put_string(&mut payload, "C");
+        let mut scratch = Vec::new();
+        assert_eq!(t.decode::<SensorReading>(&payload, &mut scratch).unwrap(), r);
+        assert!(t.decode::<SensorReading>(&payload[..payload.len() - 1], &mut scratch).is_err());
+        payload.push(0);
+        assert!(t.decode::<SensorReading>(&payload, &mut scratch).is_err());
     }
 
     #[test]

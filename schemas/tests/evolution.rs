@@ -99,8 +99,11 @@ fn extra_fields(x: &Extras) -> Vec<Field> {
 
 /// Builds the writer schema and datum from fields in an order given by `keys`.
 fn writer(name: &str, mut fields: Vec<Field>, keys: &[u16]) -> (Schema, Vec<u8>) {
+    // No keys: the given order (reader fields first, extras appended).
     let mut order: Vec<usize> = (0..fields.len()).collect();
-    order.sort_by_key(|i| keys.get(*i).copied().unwrap_or(0));
+    if !keys.is_empty() {
+        order.sort_by_key(|i| keys.get(*i).copied().unwrap_or(0));
+    }
     let mut slots: Vec<Option<Field>> = fields.drain(..).map(Some).collect();
     let ordered: Vec<Field> = order.iter().map(|i| slots[*i].take().unwrap()).collect();
     let defs: Vec<serde_json::Value> = ordered.iter().map(|(d, _)| d.clone()).collect();
@@ -147,7 +150,9 @@ proptest! {
         doubles in any::<[f64; 3]>(),
         x in extras(),
         keys in proptest::collection::vec(any::<u16>(), 15),
+        appended in any::<bool>(),
     ) {
+        let keys = if appended { Vec::new() } else { keys };
         let expected = SensorReading {
             sensor_id: i64::from(sensor_id),
             ts,
@@ -187,7 +192,9 @@ proptest! {
         write_page_url in any::<bool>(),
         x in extras(),
         keys in proptest::collection::vec(any::<u16>(), 15),
+        appended in any::<bool>(),
     ) {
+        let keys = if appended { Vec::new() } else { keys };
         let event_type = EventType::ALL[event];
         let expected = UserInteraction {
             user_id: user_id.clone(),
