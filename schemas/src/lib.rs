@@ -5,10 +5,12 @@
 //! Out: typed records ([`SensorReading`], [`ProcessedReading`], [`WindowStats`],
 //! [`UserInteraction`]), and back.
 //!
-//! Invariant: a record is decoded on the hand-written fast path only when its writer
-//! schema is the record's own schema; any other writer schema goes through Avro schema
-//! resolution. Bad bytes are an [`Error`] for which [`Error::is_bad_data`] holds, never a
-//! panic.
+//! Invariant: bytes are decoded with the schema they were written with, resolved into
+//! the reader's: the hand-written fast path takes them as is only when the writer schema
+//! (looked up by the frame's id) is the record's own schema; any other writer schema is
+//! resolved first (a compiled rewrite for flat records, apache-avro's resolution
+//! otherwise). Bad bytes are an [`Error`] for which [`Error::is_bad_data`] holds, never
+//! a panic.
 //!
 //! ```
 //! use std::sync::Arc;

@@ -225,6 +225,16 @@ mod tests {
     }
 
     #[test]
+    fn serdes_and_client_move_between_threads() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<Deserializer<SensorReading>>();
+        send_sync::<Serializer<SensorReading>>();
+        send_sync::<crate::RegistryClient>();
+        send_sync::<InMemorySchemaStore>();
+    }
+
+    #[test]
     fn bad_input_is_classified() {
         let store = Arc::new(InMemorySchemaStore::new());
         let ser = Serializer::<SensorReading>::register(store.as_ref(), "s").unwrap();
