@@ -174,6 +174,17 @@ fn no_wal() -> WriteOptions {
     w
 }
 
+/// Empties the backend's own sub-directories of `dir` (never anything else in it).
+fn reset_working_dir(dir: &Path) -> Result<()> {
+    for sub in ["db", "snapshots", "restore"] {
+        let p = dir.join(sub);
+        if p.exists() {
+            std::fs::remove_dir_all(&p).map_err(Error::io("removing", &p))?;
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(Error::io("creating", dir))
+}
+
 fn recreate_dir(path: &Path) -> Result<()> {
     if path.exists() {
         std::fs::remove_dir_all(path).map_err(Error::io("removing", path))?;
@@ -182,8 +193,9 @@ fn recreate_dir(path: &Path) -> Result<()> {
 }
 
 impl RocksDbStateBackend {
-    /// A new, empty backend in `dir` (working space: its previous content is removed)
-    /// for the state of `operator` over `range`.
+    /// A new, empty backend in `dir` for the state of `operator` over `range`. The
+    /// backend owns `dir/db`, `dir/snapshots` and `dir/restore`: leftovers there from an
+    /// earlier run are removed.
     pub fn open(
         dir: &Path,
         operator: &OperatorId,
@@ -191,7 +203,7 @@ impl RocksDbStateBackend {
         config: &RocksDbConfig,
     ) -> Result<Self> {
         config.validate()?;
-        recreate_dir(dir)?;
+        reset_working_dir(dir)?;
         Self::open_existing(dir, operator, range, config)
     }
 
@@ -273,7 +285,7 @@ impl RocksDbStateBackend {
         handle: &RocksDbStateHandle,
         store: &dyn CheckpointStore,
     ) -> Result<Self> {
-        recreate_dir(dir)?;
+        reset_working_dir(dir)?;
         download_handle(store, handle, &dir.join("db"))?;
         let backend = Self::open_existing(dir, operator, range, config)?;
         let cf = backend.cf()?;
