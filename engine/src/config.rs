@@ -25,6 +25,69 @@ pub struct JobConfig {
     /// server; `CAUDAL__WEB_BIND`, `off` disables). Bind 127.0.0.1 unless other hosts
     /// should reach it.
     pub web_bind: Option<std::net::SocketAddr>,
+    /// Checkpointing: interval, storage, retention, restore.
+    pub checkpoints: CheckpointConfig,
+    /// Tests only: abort the process at this crash point of this checkpoint
+    /// (`CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>`, see [`crate::crash`]).
+    pub crash_at: Option<(String, u64)>,
+}
+
+/// Where a job restores from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The latest completed checkpoint in the checkpoint storage.
+    Latest,
+    /// A checkpoint or savepoint directory (`chk-7`, `savepoints/NAME`, or a full path under storage).
+    Path(String),
+}
+
+impl std::str::FromStr for RestoreFrom {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "" => Err(Error::config("restore", "expected `latest` or a checkpoint path")),
+            "latest" => Ok(RestoreFrom::Latest),
+            p => Ok(RestoreFrom::Path(p.to_string())),
+        }
+    }
+}
+
+/// Checkpoint settings (Flink's `execution.checkpointing.*`).
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// Time between checkpoints; `None` disables checkpointing (`CAUDAL__CHECKPOINT_INTERVAL_MS`).
+    pub interval: Option<Duration>,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// Minimum time between the end of one checkpoint and the start of the next.
+    pub min_pause: Duration,
+    /// Storage: a directory (default `data/checkpoints`), `file:///abs/path` or
+    /// `s3://bucket/prefix` with S3 settings (`CAUDAL__CHECKPOINT_DIR` sets the URL).
+    /// Each job keeps its checkpoints under `<storage>/<job name>/`.
+    pub storage: caudal_checkpoints::CheckpointStorageConfig,
+    /// Completed checkpoints kept (older ones and their unreferenced files are deleted).
+    pub retained: usize,
+    /// Restore from this checkpoint at start.
+    pub restore: Option<RestoreFrom>,
+    /// With `restore = latest`: skip a corrupt latest checkpoint and use the previous one.
+    pub fallback: bool,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: None,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            storage: caudal_checkpoints::CheckpointStorageConfig {
+                url: "data/checkpoints".to_string(),
+                ..Default::default()
+            },
+            retained: 3,
+            restore: None,
+            fallback: false,
+        }
+    }
 }
 
 impl Default for JobConfig {
@@ -38,6 +101,8 @@ impl Default for JobConfig {
             progress_interval: None,
             handle_signals: true,
             web_bind: None,
+            checkpoints: CheckpointConfig::default(),
+            crash_at: None,
         }
     }
 }
@@ -58,6 +123,17 @@ impl JobConfig {
                 "MAX_PARALLELISM" => self.max_parallelism = parse_u(&value)? as u32,
                 "BATCH_SIZE" => self.batch_size = parse_u(&value)? as usize,
                 "CHANNEL_CAPACITY" => self.channel_capacity = parse_u(&value)? as usize,
+                "CHECKPOINT_INTERVAL_MS" => {
+                    let ms = parse_u(&value)?;
+                    self.checkpoints.interval = (ms > 0).then(|| Duration::from_millis(ms));
+                }
+                "CHECKPOINT_DIR" => self.checkpoints.storage.url = value.clone(),
+                "TEST_CRASH_AT" => {
+                    let (point, id) = value.rsplit_once(':').ok_or_else(|| {
+                        Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
+                    })?;
+                    self.crash_at = Some((point.to_string(), parse_u(id)?));
+                }
                 "WEB_BIND" => {
                     self.web_bind = match value.trim() {
                         "" | "off" | "none" => None,

@@ -13,15 +13,21 @@ use std::sync::Arc;
 
 pub(crate) type NodeId = usize;
 
+/// What the engine hands a source subtask besides its context.
+pub(crate) struct SourceSetup {
+    /// The source's uid in checkpoints.
+    pub(crate) uid: String,
+    /// Positions of every subtask of the restored checkpoint (empty on a fresh start).
+    pub(crate) restored: Vec<Vec<u8>>,
+    pub(crate) metrics: Arc<SubtaskMetrics>,
+    pub(crate) batch_size: usize,
+    pub(crate) linger: std::time::Duration,
+    pub(crate) checkpointing: bool,
+}
+
 /// Builds a source subtask given its context and its (already built) consumers.
-pub(crate) type SourceFactory = Box<
-    dyn Fn(
-        SourceContext,
-        Arc<SubtaskMetrics>,
-        &crate::config::JobConfig,
-        Vec<Box<dyn ChainNode>>,
-    ) -> Result<Box<dyn SourceTask>>,
->;
+pub(crate) type SourceFactory =
+    Box<dyn Fn(SourceContext, SourceSetup, Vec<Box<dyn ChainNode>>) -> Result<Box<dyn SourceTask>>>;
 
 /// Builds an operator or sink subtask given its context and its consumers.
 pub(crate) type OperatorFactory =
@@ -121,6 +127,20 @@ pub struct PlanNode {
     pub parallelism: u32,
     /// The task (chain) this operator runs in: the id of the chain's head.
     pub task: usize,
+    /// Stable id of the operator's state in checkpoints: `<id>-<name>`.
+    pub uid: String,
+}
+
+/// The checkpoint id of operator `index` named `name`: `<index>-<name>` with every
+/// character outside `[A-Za-z0-9._-]` replaced by `_`.
+pub(crate) fn operator_uid(index: usize, name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect();
+    let mut uid = format!("{index}-{clean}");
+    uid.truncate(120);
+    uid
 }
 
 /// One edge of the plan.

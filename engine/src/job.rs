@@ -80,7 +80,12 @@ pub fn now_ms() -> i64 {
 }
 
 impl JobView {
-    pub(crate) fn new(name: &str, plan: JobPlan, metrics: Arc<MetricsRegistry>, stop: crate::StopHandle) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        plan: JobPlan,
+        metrics: Arc<MetricsRegistry>,
+        stop: crate::StopHandle,
+    ) -> Self {
         JobView {
             name: name.to_string(),
             plan,

@@ -26,6 +26,8 @@
 
 mod api;
 pub mod config;
+mod coordinator;
+pub mod crash;
 pub mod error;
 mod graph;
 pub mod job;
@@ -40,7 +42,7 @@ pub mod web;
 
 pub use api::env::{JobResult, ProgressFn, StopHandle, StreamEnv};
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
-pub use config::JobConfig;
+pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use job::{JobStatus, JobView};

@@ -28,6 +28,15 @@ pub struct OperatorContext {
     pub watermark: Timestamp,
     /// This instance's counters, shared with the metrics registry.
     pub metrics: Arc<SubtaskMetrics>,
+    /// The operator's stable id in checkpoints (`<graph index>-<name>`).
+    pub operator_uid: String,
+    /// True when the job takes checkpoints (sinks then publish only on completion).
+    pub checkpointing: bool,
+    /// The checkpoint the job restored from, if any.
+    pub restored_checkpoint: Option<CheckpointId>,
+    /// The snapshots of every subtask of this operator in the restored checkpoint; the
+    /// engine hands them to [`Operator::restore`] / [`Sink::restore`] before `on_start`.
+    pub restored: Option<Vec<Vec<u8>>>,
 }
 
 /// A stream operator: batches in, batches out.
@@ -98,6 +107,12 @@ pub trait Sink: Send + 'static {
 
     /// Called once before the first record.
     fn on_start(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Restore from the pre-commit snapshots of every old subtask (the job restored from
+    /// `ctx.restored_checkpoint`): commit what they pre-committed, discard what is newer.
+    fn restore(&mut self, _snapshots: Vec<Vec<u8>>, _ctx: &mut OperatorContext) -> Result<()> {
         Ok(())
     }
 

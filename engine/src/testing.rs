@@ -77,6 +77,10 @@ impl<O: crate::Operator> OperatorHarness<O> {
             key_groups: 0..crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
             watermark: crate::types::MIN_WATERMARK,
             metrics: Arc::new(crate::metrics::SubtaskMetrics::default()),
+            operator_uid: "0-under-test".into(),
+            checkpointing: false,
+            restored_checkpoint: None,
+            restored: None,
         };
         op.on_start(&mut ctx)?;
         Ok(OperatorHarness { op, ctx, out: Vec::new() })
@@ -106,6 +110,20 @@ impl<O: crate::Operator> OperatorHarness<O> {
     /// The output values so far (drained).
     pub fn take_values(&mut self) -> Vec<O::Out> {
         self.take().into_iter().map(|r| r.value).collect()
+    }
+
+    /// Take a snapshot as at a checkpoint barrier.
+    pub fn snapshot(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>> {
+        self.op.snapshot(crate::CheckpointId(checkpoint), &mut self.ctx)
+    }
+
+    /// Restore from snapshots (one per old subtask) as subtask `subtask` of `parallelism`.
+    pub fn restore_as(&mut self, snapshots: Vec<Vec<u8>>, subtask: u32, parallelism: u32) -> Result<()> {
+        self.ctx.subtask = subtask;
+        self.ctx.parallelism = parallelism;
+        self.ctx.key_groups =
+            crate::keygroup::key_group_range(subtask, self.ctx.max_parallelism, parallelism);
+        self.op.restore(snapshots, &mut self.ctx)
     }
 
     /// A custom counter of the operator.

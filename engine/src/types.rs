@@ -30,39 +30,16 @@ impl<T> Record<T> {
 /// Records travel in batches; a batch never exceeds the configured batch size.
 pub type Batch<T> = Vec<Record<T>>;
 
-/// The element bound of a stream: what a record must be to cross threads and processes.
-pub trait Data: Clone + Send + fmt::Debug + 'static {}
-impl<T: Clone + Send + fmt::Debug + 'static> Data for T {}
+/// The element bound of a stream: what a record must be to cross threads and processes
+/// and to be kept in checkpointed state.
+pub trait Data: Clone + Send + fmt::Debug + Serialize + serde::de::DeserializeOwned + 'static {}
+impl<T: Clone + Send + fmt::Debug + Serialize + serde::de::DeserializeOwned + 'static> Data for T {}
 
 /// The bound of a key: hashed stably into a key group, compared, cloned into state.
 pub trait Key: Data + std::hash::Hash + Eq + Ord {}
 impl<T: Data + std::hash::Hash + Eq + Ord> Key for T {}
 
-macro_rules! id_newtype {
-    ($(#[$m:meta])* $name:ident($inner:ty), $prefix:literal) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub struct $name(pub $inner);
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
-            }
-        }
-    };
-}
-
-id_newtype!(
-    /// A logical operator of the job graph.
-    OperatorId(u32), "op-"
-);
-id_newtype!(
-    /// The index of one parallel instance of an operator.
-    SubtaskIndex(u32), "#"
-);
-id_newtype!(
-    /// A checkpoint, numbered from 1 within a job.
-    CheckpointId(u64), "chk-"
-);
+pub use caudal_checkpoints::{CheckpointId, SubtaskIndex};
 
 /// The barrier of checkpoint `id`, injected at the sources and aligned at every task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

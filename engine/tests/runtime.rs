@@ -1,7 +1,9 @@
 //! The runtime end to end: chaining, partitioning, union, failures, backpressure.
 
 use caudal::testing::CollectSink;
-use caudal::{Batch, JobConfig, OperatorContext, Result, Sink, Source, SourceContext, SourceOutput, SourcePoll};
+use caudal::{
+    Batch, JobConfig, OperatorContext, Result, Sink, Source, SourceContext, SourceOutput, SourcePoll,
+};
 use caudal::{SourceReader, StreamEnv, WatermarkStrategy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,7 +43,12 @@ struct TagSubtask;
 impl caudal::Operator for TagSubtask {
     type In = u64;
     type Out = (u64, u32);
-    fn process_batch(&mut self, b: Batch<u64>, out: &mut Batch<(u64, u32)>, ctx: &mut OperatorContext) -> Result<()> {
+    fn process_batch(
+        &mut self,
+        b: Batch<u64>,
+        out: &mut Batch<(u64, u32)>,
+        ctx: &mut OperatorContext,
+    ) -> Result<()> {
         out.extend(b.into_iter().map(|r| caudal::Record::new(r.ts, (r.value, ctx.subtask))));
         Ok(())
     }
@@ -50,7 +57,13 @@ impl caudal::Operator for TagSubtask {
 #[test]
 fn plan_chains_forward_edges_and_breaks_at_key_by_and_parallelism_changes() {
     let env = StreamEnv::with_config(config(2));
-    let s = env.from_iter("src", 0..10u64).map(|n| n + 1).name("inc").parallelism(1).filter(|n| n % 2 == 0).name("even");
+    let s = env
+        .from_iter("src", 0..10u64)
+        .map(|n| n + 1)
+        .name("inc")
+        .parallelism(1)
+        .filter(|n| n % 2 == 0)
+        .name("even");
     s.clone().sink("side", |_| Ok(caudal::testing::CollectSink::<u64>::new().0));
     s.key_by(|n: &u64| *n).transform("tag", |_| Ok(TagSubtask)).sink("out", |_| Ok(CollectSink::new().0));
     let plan = env.plan("p").unwrap();
@@ -150,7 +163,7 @@ impl SourceReader<u64> for EndlessReader {
 /// A sink that sleeps per batch.
 struct SlowSink;
 impl Sink for SlowSink {
-    type In = (u64, [u8; 256]);
+    type In = (u64, [u64; 32]);
     fn write_batch(&mut self, _: Batch<Self::In>, _: &mut OperatorContext) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
         Ok(())
@@ -162,8 +175,8 @@ fn a_slow_sink_throttles_the_source_and_buffers_stay_bounded() {
     let cfg = JobConfig { batch_size: 256, channel_capacity: 1024, ..config(1) };
     let env = StreamEnv::with_config(cfg);
     env.source("endless", Endless, WatermarkStrategy::none())
-        .map(|n| (n, [0u8; 256]))
-        .key_by(|r: &(u64, [u8; 256])| r.0 % 10)
+        .map(|n| (n, [0u64; 32]))
+        .key_by(|r: &(u64, [u64; 32])| r.0 % 10)
         .transform("pass", |_| Ok(Pass))
         .sink("slow", |_| Ok(SlowSink));
     let metrics = env.metrics();
@@ -197,9 +210,14 @@ fn a_slow_sink_throttles_the_source_and_buffers_stay_bounded() {
 
 struct Pass;
 impl caudal::Operator for Pass {
-    type In = (u64, [u8; 256]);
-    type Out = (u64, [u8; 256]);
-    fn process_batch(&mut self, mut b: Batch<Self::In>, out: &mut Batch<Self::Out>, _: &mut OperatorContext) -> Result<()> {
+    type In = (u64, [u64; 32]);
+    type Out = (u64, [u64; 32]);
+    fn process_batch(
+        &mut self,
+        mut b: Batch<Self::In>,
+        out: &mut Batch<Self::Out>,
+        _: &mut OperatorContext,
+    ) -> Result<()> {
         out.append(&mut b);
         Ok(())
     }
@@ -224,7 +242,11 @@ fn a_stopped_unbounded_job_ends_cleanly() {
 #[test]
 fn bad_parallelism_names_the_operator() {
     let env = StreamEnv::with_config(config(1));
-    env.from_iter("n", 0..1u64).map(|n| n).name("too-wide").parallelism(500).sink("s", |_| Ok(CollectSink::new().0));
+    env.from_iter("n", 0..1u64)
+        .map(|n| n)
+        .name("too-wide")
+        .parallelism(500)
+        .sink("s", |_| Ok(CollectSink::new().0));
     let err = env.execute("bad").unwrap_err().to_string();
     assert!(err.contains("too-wide.parallelism"), "{err}");
 }

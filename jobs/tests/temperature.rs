@@ -19,6 +19,7 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
             faulty_fraction: 0.02,
             splits: 8,
             start_ms: None,
+            event_interval_ms: None,
         },
         window: Duration::from_secs(60),
         out_of_orderness: Duration::from_secs(1),
@@ -27,7 +28,8 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
 }
 
 fn run(parallelism: u32, records: u64, output: &Path) -> caudal::JobResult {
-    let env = StreamEnv::with_config(JobConfig { parallelism, handle_signals: false, ..JobConfig::default() });
+    let env =
+        StreamEnv::with_config(JobConfig { parallelism, handle_signals: false, ..JobConfig::default() });
     job(records, output).build(&env).unwrap();
     env.execute("temperature").unwrap()
 }
@@ -104,7 +106,17 @@ fn bad_flags_fail_at_start_naming_the_flag() {
 fn a_bounded_run_from_the_command_line_writes_both_outputs() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().to_str().unwrap();
-    let out = temperature(&["--records", "5000", "--rate", "0", "--output", out_dir, "--progress-secs", "0", "--no-ui"]);
+    let out = temperature(&[
+        "--records",
+        "5000",
+        "--rate",
+        "0",
+        "--output",
+        out_dir,
+        "--progress-secs",
+        "0",
+        "--no-ui",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("read 5000"), "{err}");

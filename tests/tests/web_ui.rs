@@ -244,6 +244,7 @@ fn start_temperature(
                 faulty_fraction: 0.02,
                 splits: 4,
                 start_ms: None,
+                event_interval_ms: None,
             },
             window: Duration::from_secs(5),
             out_of_orderness: Duration::from_secs(1),

@@ -75,6 +75,7 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
         faulty_fraction: 0.01,
         splits: 8,
         start_ms: None,
+        event_interval_ms: None,
     };
     match pipeline {
         Pipeline::Temperature => TemperatureJob {
@@ -111,12 +112,7 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
     let result = env.execute("throughput")?;
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    let read = result
-        .operators
-        .iter()
-        .filter(|o| o.kind == "source")
-        .map(|o| o.records_out)
-        .sum::<u64>();
+    let read = result.operators.iter().filter(|o| o.kind == "source").map(|o| o.records_out).sum::<u64>();
     println!(
         "{{\"records\":{read},\"seconds\":{secs:.3},\"cpu_seconds\":{cpu:.3},\"peak_rss_kb\":{}}}",
         proc_status_kb("VmHWM:")

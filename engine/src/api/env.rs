@@ -2,11 +2,12 @@
 
 use super::stream::{DataStream, Graph};
 use crate::config::JobConfig;
-use crate::graph::{JobPlan, NodeKind};
+use crate::coordinator::{load_restore, open_store, restored_state, Coordinator, Tick};
+use crate::graph::{JobPlan, NodeKind, SourceSetup};
 use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::runtime::chain::Fanout;
-use crate::runtime::executor::{build_tasks, compile, spawn, JobControl};
+use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, RestoredState};
 use crate::runtime::task::{SourceRunner, SourceTaskSettings};
 use crate::source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
 use crate::types::Data;
@@ -72,6 +73,8 @@ pub struct JobResult {
     pub operators: Vec<OperatorSnapshot>,
     /// Wall-clock duration of the run.
     pub elapsed: Duration,
+    /// The last completed checkpoint (restored or taken), if checkpointing was on.
+    pub last_checkpoint: Option<crate::types::CheckpointId>,
 }
 
 impl JobResult {
@@ -110,7 +113,7 @@ impl StreamEnv {
 
     /// A handle that stops the job cleanly from another thread.
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.control.stop.clone())
+        StopHandle(self.control.stop_requested.clone())
     }
 
     /// Call `f` with the counters every `config.progress_interval`.
@@ -128,16 +131,17 @@ impl StreamEnv {
         let source = Arc::new(source);
         let node = self.graph.borrow_mut().add(
             name,
-            NodeKind::Source(Box::new(move |ctx: SourceContext, metrics, config: &JobConfig, targets| {
-                let reader = source.create_reader(&ctx, &[])?;
+            NodeKind::Source(Box::new(move |ctx: SourceContext, setup: SourceSetup, targets| {
+                let reader = source.create_reader(&ctx, &setup.restored)?;
                 let settings = SourceTaskSettings {
-                    ctx,
+                    uid: setup.uid,
                     timestamp: watermarks.timestamp.clone(),
                     out_of_orderness: watermarks.out_of_orderness,
                     idle_timeout: watermarks.idle_timeout,
-                    batch_size: config.batch_size,
-                    linger: config.linger,
-                    metrics,
+                    batch_size: setup.batch_size,
+                    linger: setup.linger,
+                    metrics: setup.metrics,
+                    checkpointing: setup.checkpointing,
                 };
                 Ok(Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
                     as Box<dyn crate::runtime::task::SourceTask>)
@@ -164,23 +168,46 @@ impl StreamEnv {
     }
 
     /// Run the job until its bounded input ends, it is stopped, or a task fails.
+    ///
+    /// With checkpointing on (`config.checkpoints.interval`), a stop (Ctrl-C, SIGTERM,
+    /// [`StopHandle::stop`]) first takes a final checkpoint, so that what the sinks
+    /// published is exactly what a restore continues from.
     pub fn execute(self, job_name: &str) -> Result<JobResult> {
         self.config.validate()?;
+        if let Some((point, id)) = &self.config.crash_at {
+            crate::crash::install(point, *id);
+        }
         let started = Instant::now();
         let graph = self.graph.borrow();
         let compiled = compile(&graph, &self.config, job_name)?;
-        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics)?;
+        let checkpointing =
+            self.config.checkpoints.interval.is_some() || self.config.checkpoints.restore.is_some();
+        let (coordinator_parts, restored) = if checkpointing {
+            let (store, paths) = open_store(&self.config.checkpoints, job_name)?;
+            let meta = load_restore(&self.config.checkpoints, store.as_ref(), &paths, job_name)?;
+            let restored = meta.as_ref().map(restored_state).unwrap_or_default();
+            if let Some(m) = &meta {
+                eprintln!("caudal: restoring job `{job_name}` from checkpoint {}", m.checkpoint_id.label());
+                crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
+            }
+            (Some((store, paths)), restored)
+        } else {
+            (None, RestoredState::default())
+        };
+        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored)?;
         drop(graph);
+        let stop_requested = self.control.stop_requested.clone();
         if self.config.handle_signals {
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 // A second signal exits at once; the first asks for a clean stop.
-                signal_hook::flag::register_conditional_shutdown(sig, 130, self.control.stop.clone())
+                signal_hook::flag::register_conditional_shutdown(sig, 130, stop_requested.clone())
                     .map_err(|e| Error::io("installing the signal handler", e))?;
-                signal_hook::flag::register(sig, self.control.stop.clone())
+                signal_hook::flag::register(sig, stop_requested.clone())
                     .map_err(|e| Error::io("installing the signal handler", e))?;
             }
         }
-        let view = Arc::new(JobView::new(job_name, compiled.plan.clone(), self.metrics.clone(), self.stop_handle()));
+        let view =
+            Arc::new(JobView::new(job_name, compiled.plan.clone(), self.metrics.clone(), self.stop_handle()));
         view.set_status(JobStatus::Running);
         // The REST API and web UI, for as long as this call runs (dropped on return).
         let _web = match self.config.web_bind {
@@ -190,10 +217,42 @@ impl StreamEnv {
             }
             None => None,
         };
-        let handles = spawn(tasks, &self.control, None)?;
+        let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
+        let mut coordinator = match coordinator_parts {
+            Some((store, paths)) => Some(Coordinator::new(
+                store,
+                paths,
+                self.config.checkpoints.clone(),
+                job_name,
+                &compiled.plan,
+                ack_rx,
+                restored.checkpoint,
+            )?),
+            None => None,
+        };
+        let handles = spawn(tasks, &self.control, coordinator.as_ref().map(|_| ack_tx))?;
         let mut last_progress = Instant::now();
+        let mut stop_since: Option<Instant> = None;
+        let sources = handles.iter().filter(|h| h.is_source).count();
         while handles.iter().any(|h| !h.thread.is_finished()) {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
+            // A stop, or every source at the end of its input: final checkpoint, then end.
+            let at_end = self.control.sources_at_end.load(Ordering::SeqCst) >= sources;
+            let stopping = stop_requested.load(Ordering::SeqCst) || at_end;
+            if stopping && stop_since.is_none() {
+                stop_since = Some(Instant::now());
+            }
+            match coordinator.as_mut() {
+                Some(c) if !self.control.cancel.load(Ordering::SeqCst) => {
+                    let tick = c.tick(&handles, &view, stopping)?;
+                    let overdue = stop_since.is_some_and(|t| t.elapsed() > c.stop_timeout());
+                    if tick == Tick::StopSources || overdue {
+                        self.control.stop.store(true, Ordering::SeqCst);
+                    }
+                }
+                _ if stopping => self.control.stop.store(true, Ordering::SeqCst),
+                _ => {}
+            }
             if let (Some(every), Some(f)) = (self.config.progress_interval, &self.progress) {
                 if last_progress.elapsed() >= every {
                     last_progress = Instant::now();
@@ -209,8 +268,16 @@ impl StreamEnv {
             view.set_status(JobStatus::Failed);
             return Err(e);
         }
-        view.set_status(if self.control.stop.load(Ordering::SeqCst) { JobStatus::Canceled } else { JobStatus::Finished });
-        Ok(JobResult { operators: self.metrics.snapshot(), elapsed: started.elapsed() })
+        view.set_status(if stop_requested.load(Ordering::SeqCst) {
+            JobStatus::Canceled
+        } else {
+            JobStatus::Finished
+        });
+        Ok(JobResult {
+            operators: self.metrics.snapshot(),
+            elapsed: started.elapsed(),
+            last_checkpoint: coordinator.and_then(|c| c.last_completed),
+        })
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::Instant;
 /// A batch of some `Record<T>` type, boxed.
 pub(crate) type AnyBatch = Box<dyn Any + Send>;
 
-/// Snapshots taken at a barrier, by operator name.
-pub(crate) type SnapshotSink<'a> = &'a mut Vec<(String, Vec<u8>)>;
+/// Snapshots taken at a barrier: (operator uid, snapshot) for every operator of the chain.
+pub(crate) type SnapshotSink<'a> = &'a mut Vec<(String, Option<Vec<u8>>)>;
 
 /// A node of a task's operator tree.
 pub(crate) trait ChainNode: Send {
@@ -78,7 +78,10 @@ pub(crate) fn location(ctx: &OperatorContext) -> TaskLocation {
 /// Calls user code with the operator's context, turning an error or a panic into an error
 /// that names the operator.
 #[inline]
-pub(crate) fn call<R>(ctx: &mut OperatorContext, f: impl FnOnce(&mut OperatorContext) -> Result<R>) -> Result<R> {
+pub(crate) fn call<R>(
+    ctx: &mut OperatorContext,
+    f: impl FnOnce(&mut OperatorContext) -> Result<R>,
+) -> Result<R> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *ctx)));
     match r {
         Ok(r) => r.map_err(|e| in_operator(e, ctx)),
@@ -131,6 +134,9 @@ impl<O: Operator> OperatorNode<O> {
 impl<O: Operator> ChainNode for OperatorNode<O> {
     fn open(&mut self) -> Result<()> {
         let op = &mut self.op;
+        if let Some(snapshots) = self.ctx.restored.take() {
+            call(&mut self.ctx, |ctx| op.restore(snapshots, ctx))?;
+        }
         call(&mut self.ctx, |ctx| op.on_start(ctx))?;
         self.fanout.each(|t| t.open())
     }
@@ -164,9 +170,8 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         self.flush()?;
         let op = &mut self.op;
-        if let Some(s) = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))? {
-            snapshots.push((self.ctx.operator_name.clone(), s));
-        }
+        let s = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))?;
+        snapshots.push((self.ctx.operator_uid.clone(), s));
         self.fanout.each(|t| t.barrier(barrier, snapshots))
     }
 
@@ -199,6 +204,9 @@ impl<S: Sink> SinkNode<S> {
 impl<S: Sink> ChainNode for SinkNode<S> {
     fn open(&mut self) -> Result<()> {
         let sink = &mut self.sink;
+        if let Some(snapshots) = self.ctx.restored.take() {
+            call(&mut self.ctx, |ctx| sink.restore(snapshots, ctx))?;
+        }
         call(&mut self.ctx, |ctx| sink.on_start(ctx))
     }
 
@@ -229,9 +237,9 @@ impl<S: Sink> ChainNode for SinkNode<S> {
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         let sink = &mut self.sink;
-        if let Some(s) = call(&mut self.ctx, |ctx| sink.pre_commit(barrier.id, ctx))? {
-            snapshots.push((self.ctx.operator_name.clone(), s));
-        }
+        let s = call(&mut self.ctx, |ctx| sink.pre_commit(barrier.id, ctx))?;
+        snapshots.push((self.ctx.operator_uid.clone(), s));
+        crate::crash::point(crate::crash::AFTER_SINK_PRE_COMMIT, barrier.id);
         Ok(())
     }
 

@@ -5,7 +5,9 @@ use super::exchange::ChannelMessage;
 use super::task::{InputGate, SourceTask, TaskCommand, TaskEnv};
 use crate::config::JobConfig;
 use crate::error::TaskLocation;
-use crate::graph::{EdgeKind, GraphBuilder, JobPlan, NodeId, NodeKind, PartitionMode, PlanEdge, PlanNode};
+use crate::graph::{
+    EdgeKind, GraphBuilder, JobPlan, NodeId, NodeKind, PartitionMode, PlanEdge, PlanNode, SourceSetup,
+};
 use crate::keygroup::key_group_range;
 use crate::metrics::{MetricsRegistry, SubtaskMetrics};
 use crate::operator::OperatorContext;
@@ -92,6 +94,7 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
                 kind: node.kind.label(),
                 parallelism: parallelism[i],
                 task: task_of[i],
+                uid: crate::graph::operator_uid(i, &node.name),
             })
             .collect(),
         edges: graph
@@ -134,6 +137,13 @@ pub(crate) struct PhysicalTask {
     pub(crate) command_rx: Receiver<TaskCommand>,
 }
 
+/// The state a job restores from: per operator uid, the snapshots of all its old subtasks.
+#[derive(Debug, Default)]
+pub(crate) struct RestoredState {
+    pub(crate) checkpoint: Option<caudal_checkpoints::CheckpointId>,
+    pub(crate) operators: HashMap<String, Vec<Vec<u8>>>,
+}
+
 /// Builds every subtask of every task on the calling thread (factories are not `Send`).
 pub(crate) fn build_tasks(
     graph: &GraphBuilder,
@@ -141,6 +151,7 @@ pub(crate) fn build_tasks(
     config: &JobConfig,
     job: &str,
     metrics: &MetricsRegistry,
+    restored: &RestoredState,
 ) -> Result<Vec<PhysicalTask>> {
     let p = &compiled.parallelism;
     let node_metrics: Vec<Vec<Arc<SubtaskMetrics>>> = graph
@@ -176,8 +187,15 @@ pub(crate) fn build_tasks(
         }
     }
 
-    let builder =
-        ChainBuilder { graph, compiled, config, job, node_metrics: &node_metrics, senders: &senders };
+    let builder = ChainBuilder {
+        graph,
+        compiled,
+        config,
+        job,
+        node_metrics: &node_metrics,
+        senders: &senders,
+        restored,
+    };
     let mut tasks = Vec::new();
     for &h in &compiled.heads {
         for i in 0..p[h] {
@@ -186,7 +204,16 @@ pub(crate) fn build_tasks(
                 NodeKind::Source(factory) => {
                     let targets = builder.targets(h, i)?;
                     let ctx = SourceContext { operator_name: name.clone(), subtask: i, parallelism: p[h] };
-                    Runnable::Source(factory(ctx, node_metrics[h][i as usize].clone(), config, targets)?)
+                    let uid = compiled.plan.operators[h].uid.clone();
+                    let setup = SourceSetup {
+                        restored: restored.operators.get(&uid).cloned().unwrap_or_default(),
+                        uid,
+                        metrics: node_metrics[h][i as usize].clone(),
+                        batch_size: config.batch_size,
+                        linger: config.linger,
+                        checkpointing: config.checkpoints.interval.is_some(),
+                    };
+                    Runnable::Source(factory(ctx, setup, targets)?)
                 }
                 _ => {
                     let head = builder.build(h, i)?;
@@ -208,6 +235,7 @@ struct ChainBuilder<'a> {
     job: &'a str,
     node_metrics: &'a [Vec<Arc<SubtaskMetrics>>],
     senders: &'a HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>>,
+    restored: &'a RestoredState,
 }
 
 impl ChainBuilder<'_> {
@@ -245,6 +273,10 @@ impl ChainBuilder<'_> {
             key_groups: key_group_range(i, self.config.max_parallelism, p),
             watermark: MIN_WATERMARK,
             metrics: self.node_metrics[n][i as usize].clone(),
+            operator_uid: self.compiled.plan.operators[n].uid.clone(),
+            checkpointing: self.config.checkpoints.interval.is_some(),
+            restored_checkpoint: self.restored.checkpoint,
+            restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
         };
         let targets = self.targets(n, i)?;
         match &node.kind {
@@ -257,7 +289,12 @@ impl ChainBuilder<'_> {
 /// The first failure of a job, and the flags every task watches.
 #[derive(Clone, Default)]
 pub(crate) struct JobControl {
+    /// Set by Ctrl-C / SIGTERM / `StopHandle`: the job should stop (after a final checkpoint).
+    pub(crate) stop_requested: Arc<AtomicBool>,
+    /// Set by the job: sources end their streams now.
     pub(crate) stop: Arc<AtomicBool>,
+    /// Source subtasks waiting at the end of their input for the final checkpoint.
+    pub(crate) sources_at_end: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) failure: Arc<Mutex<Option<Error>>>,
 }
@@ -298,6 +335,7 @@ pub(crate) fn spawn(
             acks: acks.clone(),
             stop: control.stop.clone(),
             cancel: control.cancel.clone(),
+            sources_at_end: control.sources_at_end.clone(),
         };
         let control = control.clone();
         let thread_name = format!("{} #{}", t.name, t.subtask);
@@ -323,7 +361,8 @@ pub(crate) fn spawn(
                         control.fail(Error::Panic { location: l, message });
                     }
                     Ok(Err(e)) => control.fail(Error::Task { location, message: e.to_string() }),
-                    Err(p) => control.fail(Error::Panic { location, message: super::chain::panic_message(p.as_ref()) }),
+                    Err(p) => control
+                        .fail(Error::Panic { location, message: super::chain::panic_message(p.as_ref()) }),
                 }
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;

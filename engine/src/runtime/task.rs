@@ -4,7 +4,7 @@
 use super::chain::{AnyBatch, ChainNode, Fanout};
 use super::exchange::ChannelMessage;
 use crate::metrics::SubtaskMetrics;
-use crate::source::{SourceContext, SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
+use crate::source::{SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
 use crate::types::{
     Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK, MIN_WATERMARK,
 };
@@ -29,10 +29,8 @@ pub(crate) struct CheckpointAck {
     pub(crate) checkpoint: CheckpointId,
     pub(crate) task: String,
     pub(crate) subtask: u32,
-    /// Source position, for source tasks.
-    pub(crate) source_position: Option<Vec<u8>>,
-    /// (operator name, snapshot) for stateful operators of the chain.
-    pub(crate) snapshots: Vec<(String, Vec<u8>)>,
+    /// (operator uid, snapshot) for every operator of the chain, the source's position first.
+    pub(crate) snapshots: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// What every task loop shares with the job.
@@ -46,22 +44,19 @@ pub(crate) struct TaskEnv {
     pub(crate) stop: Arc<AtomicBool>,
     /// Hard cancel (a task failed): every loop returns as soon as it can.
     pub(crate) cancel: Arc<AtomicBool>,
+    /// Source subtasks that reached the end of their input and wait for the final checkpoint.
+    pub(crate) sources_at_end: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TaskEnv {
-    fn ack(
-        &self,
-        checkpoint: CheckpointId,
-        source_position: Option<Vec<u8>>,
-        snapshots: Vec<(String, Vec<u8>)>,
-    ) {
+    fn ack(&self, checkpoint: CheckpointId, snapshots: Vec<(String, Option<Vec<u8>>)>) {
+        crate::crash::point(crate::crash::AFTER_SNAPSHOT_BEFORE_ACK, checkpoint);
         if let Some(acks) = &self.acks {
             // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
             let _ = acks.send(CheckpointAck {
                 checkpoint,
                 task: self.task.clone(),
                 subtask: self.subtask,
-                source_position,
                 snapshots,
             });
         }
@@ -75,13 +70,16 @@ pub(crate) trait SourceTask: Send {
 
 /// Settings of a source task loop.
 pub(crate) struct SourceTaskSettings<T> {
-    pub(crate) ctx: SourceContext,
+    /// The source operator's uid in checkpoints.
+    pub(crate) uid: String,
     pub(crate) timestamp: Option<TimestampFn<T>>,
     pub(crate) out_of_orderness: Duration,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) batch_size: usize,
     pub(crate) linger: Duration,
     pub(crate) metrics: Arc<SubtaskMetrics>,
+    /// With checkpoints, a finished source waits for the final checkpoint before it ends.
+    pub(crate) checkpointing: bool,
 }
 
 pub(crate) struct SourceRunner<T: Data> {
@@ -146,14 +144,38 @@ impl<T: Data> SourceRunner<T> {
             TaskCommand::TriggerCheckpoint(barrier) => {
                 self.flush()?;
                 let position = self.reader.position()?;
-                let mut snapshots = Vec::new();
+                let mut snapshots = vec![(self.settings.uid.clone(), Some(position))];
                 self.fanout.each(|t| t.barrier(barrier, &mut snapshots))?;
-                env.ack(barrier.id, Some(position), snapshots);
+                env.ack(barrier.id, snapshots);
                 Ok(())
             }
             TaskCommand::CheckpointComplete(id) => {
                 self.reader.on_checkpoint_complete(id)?;
                 self.fanout.each(|t| t.checkpoint_complete(id))
+            }
+        }
+    }
+
+    /// End of input with checkpoints on: fire everything downstream (final watermark), then
+    /// take part in the final checkpoint, so what sinks publish at the end is committed by a
+    /// checkpoint — a kill at any moment after it loses and duplicates nothing. Ends when
+    /// the job says stop.
+    fn await_final_checkpoint(&mut self, env: &TaskEnv) -> Result<()> {
+        self.flush()?;
+        self.settings.metrics.set_watermark(MAX_WATERMARK);
+        self.fanout.each(|t| t.watermark(MAX_WATERMARK))?;
+        env.sources_at_end.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if env.cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            if env.stop.load(Ordering::Relaxed) {
+                return self.fanout.each(|t| t.end());
+            }
+            match env.commands.recv_timeout(Duration::from_millis(20)) {
+                Ok(cmd) => self.handle(cmd, env)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(20)),
             }
         }
     }
@@ -221,6 +243,9 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                             std::thread::sleep(wait.min(Duration::from_millis(50)))
                         }
                     }
+                }
+                SourcePoll::Finished if self.settings.checkpointing => {
+                    return self.await_final_checkpoint(env)
                 }
                 SourcePoll::Finished => return self.finish(true),
             }
@@ -359,7 +384,7 @@ impl InputGate {
         if seen >= live && blocked >= live {
             let mut snapshots = Vec::new();
             head.barrier(barrier, &mut snapshots)?;
-            env.ack(barrier.id, None, snapshots);
+            env.ack(barrier.id, snapshots);
             self.aligning = None;
             for c in &mut self.inputs {
                 c.blocked = false;

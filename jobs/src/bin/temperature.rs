@@ -35,6 +35,9 @@ struct Args {
     /// Stop after this many readings in total (bounded run); unbounded when absent.
     #[arg(long)]
     records: Option<u64>,
+    /// Event time between two readings of a sensor, ms (default: 1000 / rate).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    event_interval_ms: Option<i64>,
     /// Seed of the generator: the same seed gives the same readings.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -56,6 +59,22 @@ struct Args {
     /// Output directory of the file sink.
     #[arg(long, default_value = "data/output")]
     output: PathBuf,
+    /// Seconds between checkpoints (0 = no checkpoints). Output files are published when a
+    /// checkpoint completes.
+    #[arg(long, default_value_t = 60.0, value_parser = non_negative)]
+    checkpoint_interval: f64,
+    /// Checkpoint storage: a directory, file:///path or s3://bucket/prefix.
+    #[arg(long, default_value = "data/checkpoints")]
+    checkpoint_dir: String,
+    /// Completed checkpoints to keep.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    retained_checkpoints: u64,
+    /// Restore from `latest` or a checkpoint directory (e.g. chk-7) before running.
+    #[arg(long)]
+    restore: Option<String>,
+    /// With --restore latest: skip a corrupt latest checkpoint and use the previous one.
+    #[arg(long)]
+    fallback: bool,
     /// Seconds between progress lines (0 = none).
     #[arg(long, default_value_t = 5)]
     progress_secs: u64,
@@ -107,13 +126,19 @@ fn progress_line(ops: &[OperatorSnapshot], elapsed: Duration) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let config = JobConfig {
+    let mut config = JobConfig {
         parallelism: args.parallelism,
         progress_interval: (args.progress_secs > 0).then(|| Duration::from_secs(args.progress_secs)),
         web_bind: (!args.no_ui).then_some(args.ui_bind),
         ..JobConfig::default()
-    }
-    .with_env_overrides()?;
+    };
+    config.checkpoints.interval =
+        (args.checkpoint_interval > 0.0).then(|| Duration::from_secs_f64(args.checkpoint_interval));
+    config.checkpoints.storage.url = args.checkpoint_dir.clone();
+    config.checkpoints.retained = args.retained_checkpoints as usize;
+    config.checkpoints.restore = args.restore.as_deref().map(str::parse).transpose()?;
+    config.checkpoints.fallback = args.fallback;
+    let config = config.with_env_overrides()?;
     let job = TemperatureJob {
         generator: GeneratorConfig {
             sensors: args.sensors,
@@ -123,6 +148,7 @@ fn main() -> anyhow::Result<()> {
             faulty_fraction: args.faulty_fraction,
             splits: args.splits,
             start_ms: None,
+            event_interval_ms: args.event_interval_ms,
         },
         window: Duration::from_secs(args.window_secs),
         out_of_orderness: Duration::from_secs(1),

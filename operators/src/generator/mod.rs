@@ -54,6 +54,9 @@ pub struct GeneratorConfig {
     pub splits: u32,
     /// Event time of the first reading; `None`: 2026-01-01 for bounded runs, now otherwise.
     pub start_ms: Option<i64>,
+    /// Event time between two readings of a sensor; `None`: `1000 / rate` ms (1000 when
+    /// unthrottled). Set it to keep the same data at another wall-clock rate.
+    pub event_interval_ms: Option<i64>,
 }
 
 impl Default for GeneratorConfig {
@@ -66,6 +69,7 @@ impl Default for GeneratorConfig {
             faulty_fraction: 0.01,
             splits: 8,
             start_ms: None,
+            event_interval_ms: None,
         }
     }
 }
@@ -89,7 +93,14 @@ impl GeneratorConfig {
             return Err(Error::config("splits", "must be at least 1"));
         }
         let splits = u64::from(self.splits).min(self.sensors) as u32;
-        let interval_ms = if self.rate > 0.0 { ((1000.0 / self.rate) as i64).max(1) } else { 1000 };
+        if self.event_interval_ms.is_some_and(|i| i < 1) {
+            return Err(Error::config("event_interval_ms", "must be at least 1"));
+        }
+        let interval_ms = self.event_interval_ms.unwrap_or(if self.rate > 0.0 {
+            ((1000.0 / self.rate) as i64).max(1)
+        } else {
+            1000
+        });
         let start_ms = self.start_ms.unwrap_or_else(|| {
             if self.records.is_some() || self.rate == 0.0 {
                 DEFAULT_BOUNDED_START_MS
@@ -200,10 +211,12 @@ mod tests {
 
     #[test]
     fn bounded_runs_give_every_sensor_its_share() {
-        for (sensors, splits, records) in [(50u64, 8u32, 30_000u64), (7, 3, 100), (5, 8, 12), (1000, 8, 999)] {
-            let g = GeneratorConfig { sensors, splits, records: Some(records), rate: 0.0, ..Default::default() }
-                .build()
-                .unwrap();
+        for (sensors, splits, records) in [(50u64, 8u32, 30_000u64), (7, 3, 100), (5, 8, 12), (1000, 8, 999)]
+        {
+            let g =
+                GeneratorConfig { sensors, splits, records: Some(records), rate: 0.0, ..Default::default() }
+                    .build()
+                    .unwrap();
             let total: u64 = (0..g.splits()).map(|k| g.split_records(k).unwrap()).sum();
             assert_eq!(total, records);
             let mut per_sensor = std::collections::BTreeMap::new();

@@ -1,16 +1,54 @@
-//! Newline-delimited JSON, one file per subtask: `<dir>/part-<subtask>.jsonl`.
+//! Newline-delimited JSON files with exactly-once publication (two-phase commit).
+//!
+//! Records of one checkpoint epoch go to an in-progress file per subtask under
+//! `<dir>/.inprogress/`. At the barrier of checkpoint `n` the file is flushed, synced and
+//! renamed `part-<subtask>-<n>.<attempt>.pending` (pre-commit, recorded in the snapshot);
+//! when `n` completes it is renamed to `<dir>/part-<subtask>-<n>.jsonl` (commit). On restore
+//! from `n`, the pending files recorded in `n` are published and every other in-progress
+//! file is deleted: they hold records the restored job will produce again.
+//!
+//! Readers see only `<dir>/*.jsonl`: each record exactly once, even across kills. Without
+//! checkpointing, or at the end of bounded input, the open file is published at close.
 
-use caudal::{Batch, Data, Error, OperatorContext, Result, Sink};
-use serde::Serialize;
+use caudal::types::MAX_WATERMARK;
+use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-/// Writes each record as one JSON line. Flushed at every barrier and at the end.
+const IN_PROGRESS: &str = ".inprogress";
+
+/// This process's attempt id: names in-progress files so a restore can tell them apart.
+fn attempt() -> &'static str {
+    static ATTEMPT: OnceLock<String> = OnceLock::new();
+    ATTEMPT.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        format!("{:x}", nanos ^ (u64::from(std::process::id()) << 32))
+    })
+}
+
+/// A pre-committed file waiting for its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Pending {
+    checkpoint: u64,
+    /// File name under `.inprogress/`.
+    pending: String,
+    /// File name under the output directory.
+    published: String,
+}
+
+/// Writes each record as one JSON line; publishes atomically per checkpoint.
 pub struct JsonFileSink<T> {
     dir: PathBuf,
-    writer: Option<BufWriter<File>>,
+    subtask: u32,
+    writer: Option<(BufWriter<File>, PathBuf)>,
+    pending: Vec<Pending>,
     line: Vec<u8>,
     _t: PhantomData<fn(T)>,
 }
@@ -21,59 +59,163 @@ impl<T> std::fmt::Debug for JsonFileSink<T> {
     }
 }
 
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(what, e)
+}
+
+/// Renames `from` to `to` unless that was done already (by another subtask, or before a crash).
+fn publish(from: &Path, to: &Path) -> Result<()> {
+    match std::fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Operator(format!(
+            "pre-committed file {} is missing and was never published: its records are lost \
+             (was the output directory changed between runs?)",
+            from.display()
+        ))),
+        Err(e) => Err(Error::io(format!("publishing {}", from.display()), e)),
+    }
+}
+
 impl<T> JsonFileSink<T> {
     /// A sink writing under `dir` (created if absent).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        JsonFileSink { dir: dir.into(), writer: None, line: Vec::new(), _t: PhantomData }
+        JsonFileSink {
+            dir: dir.into(),
+            subtask: 0,
+            writer: None,
+            pending: Vec::new(),
+            line: Vec::new(),
+            _t: PhantomData,
+        }
     }
 
-    /// The file of `subtask`.
-    pub fn part_path(&self, subtask: u32) -> PathBuf {
-        self.dir.join(format!("part-{subtask}.jsonl"))
+    fn in_progress(&self) -> PathBuf {
+        self.dir.join(IN_PROGRESS)
+    }
+
+    fn open_writer(&mut self) -> Result<&mut BufWriter<File>> {
+        if self.writer.is_none() {
+            let path = self.in_progress().join(format!("part-{}.{}.open", self.subtask, attempt()));
+            let file = File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+            self.writer = Some((BufWriter::with_capacity(256 * 1024, file), path));
+        }
+        match self.writer.as_mut() {
+            Some((w, _)) => Ok(w),
+            None => Err(Error::Operator("file sink: no writer".into())),
+        }
+    }
+
+    /// Flushes and syncs the open file; returns its path.
+    fn close_writer(&mut self) -> Result<Option<PathBuf>> {
+        let Some((mut w, path)) = self.writer.take() else { return Ok(None) };
+        w.flush().map_err(io(format!("flushing {}", path.display())))?;
+        let file =
+            w.into_inner().map_err(|e| Error::io(format!("flushing {}", path.display()), e.into_error()))?;
+        file.sync_all().map_err(io(format!("syncing {}", path.display())))?;
+        Ok(Some(path))
+    }
+
+    fn commit_up_to(&mut self, checkpoint: u64) -> Result<()> {
+        let (due, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| p.checkpoint <= checkpoint);
+        self.pending = rest;
+        for (i, p) in due.iter().enumerate() {
+            publish(&self.in_progress().join(&p.pending), &self.dir.join(&p.published))?;
+            if i == 0 {
+                crash::point(crash::DURING_SINK_COMMIT, CheckpointId(checkpoint));
+            }
+        }
+        Ok(())
     }
 }
 
 impl<T: Data + Serialize> Sink for JsonFileSink<T> {
     type In = T;
 
-    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| Error::io(format!("creating output directory {}", self.dir.display()), e))?;
-        let path = self.part_path(ctx.subtask);
-        let file = File::create(&path).map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        self.writer = Some(BufWriter::with_capacity(256 * 1024, file));
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        std::fs::create_dir_all(self.in_progress())
+            .map_err(io(format!("creating {}", self.dir.display())))?;
+        let restored = ctx.restored_checkpoint.map_or(0, |c| c.0);
+        let mut keep = std::collections::HashSet::new();
+        for blob in snapshots {
+            let pending: Vec<Pending> = serde_json::from_slice(&blob)
+                .map_err(|e| Error::Operator(format!("file sink: corrupt pre-commit state: {e}")))?;
+            for p in pending.into_iter().filter(|p| p.checkpoint <= restored) {
+                publish(&self.in_progress().join(&p.pending), &self.dir.join(&p.published))?;
+                keep.insert(p.pending);
+            }
+        }
+        if ctx.subtask == 0 {
+            // Everything else in progress belongs to epochs after the restored checkpoint
+            // or to crashed attempts: the restored job writes those records again.
+            let entries = std::fs::read_dir(self.in_progress())
+                .map_err(io(format!("listing {}", self.dir.display())))?;
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if !keep.contains(&name) && !name.contains(attempt()) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         Ok(())
     }
 
+    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.subtask = ctx.subtask;
+        std::fs::create_dir_all(self.in_progress())
+            .map_err(io(format!("creating output directory {}", self.dir.display())))
+    }
+
     fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
-        let Some(w) = self.writer.as_mut() else {
-            return Err(Error::Operator("file sink written before start".into()));
-        };
+        let mut line = std::mem::take(&mut self.line);
+        let w = self.open_writer()?;
         for r in batch {
-            self.line.clear();
-            serde_json::to_writer(&mut self.line, &r.value)
+            line.clear();
+            serde_json::to_writer(&mut line, &r.value)
                 .map_err(|e| Error::Operator(format!("serializing a record to JSON: {e}")))?;
-            self.line.push(b'\n');
-            w.write_all(&self.line)
-                .map_err(|e| Error::io(format!("writing to {}", self.dir.display()), e))?;
+            line.push(b'\n');
+            w.write_all(&line).map_err(io("writing an output file".to_string()))?;
         }
+        self.line = line;
         Ok(())
     }
 
     fn pre_commit(
         &mut self,
-        _checkpoint: caudal::CheckpointId,
+        checkpoint: CheckpointId,
         _ctx: &mut OperatorContext,
     ) -> Result<Option<Vec<u8>>> {
-        if let Some(w) = self.writer.as_mut() {
-            w.flush().map_err(|e| Error::io(format!("flushing {}", self.dir.display()), e))?;
+        if let Some(path) = self.close_writer()? {
+            let pending = format!("part-{}-{}.{}.pending", self.subtask, checkpoint.0, attempt());
+            std::fs::rename(&path, self.in_progress().join(&pending))
+                .map_err(io(format!("pre-committing {}", path.display())))?;
+            self.pending.push(Pending {
+                checkpoint: checkpoint.0,
+                pending,
+                published: format!("part-{}-{}.jsonl", self.subtask, checkpoint.0),
+            });
         }
-        Ok(None)
+        serde_json::to_vec(&self.pending)
+            .map(Some)
+            .map_err(|e| Error::Operator(format!("file sink: encoding pre-commit state: {e}")))
     }
 
-    fn on_close(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
-        if let Some(mut w) = self.writer.take() {
-            w.flush().map_err(|e| Error::io(format!("flushing {}", self.dir.display()), e))?;
+    fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
+        self.commit_up_to(checkpoint.0)
+    }
+
+    fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        let end_of_input = ctx.watermark == MAX_WATERMARK;
+        if ctx.checkpointing && !end_of_input {
+            // Stopped or cancelled: what is not committed is replayed by a restore.
+            drop(self.writer.take());
+            return Ok(());
+        }
+        // End of input (or no checkpoints): publish everything, the open file last.
+        self.commit_up_to(u64::MAX)?;
+        if let Some(path) = self.close_writer()? {
+            publish(&path, &self.dir.join(format!("part-{}-end.{}.jsonl", self.subtask, attempt())))?;
         }
         Ok(())
     }

@@ -179,9 +179,55 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
     }
 }
 
+/// The checkpointed form of the window state: per key, its windows.
+type Snapshot<K, A> = Vec<(K, Vec<(TimeWindow, A, bool)>)>;
+
+fn codec_err(what: &str, e: impl std::fmt::Display) -> caudal::Error {
+    caudal::Error::Operator(format!("window state {what}: {e}"))
+}
+
 impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, E> {
     type In = T;
     type Out = WindowOutput<E::Out, T>;
+
+    fn snapshot(
+        &mut self,
+        _checkpoint: caudal::CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut keys: Vec<&K> = self.state.keys().collect();
+        keys.sort();
+        let snapshot: Snapshot<&K, &E::Acc> = keys
+            .into_iter()
+            .map(|k| {
+                let slots = self.state[k].iter().map(|s| (s.window, &s.acc, s.fired)).collect();
+                (k, slots)
+            })
+            .collect();
+        bincode::serde::encode_to_vec(&snapshot, bincode::config::standard())
+            .map(Some)
+            .map_err(|e| codec_err("encoding", e))
+    }
+
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        for blob in snapshots {
+            let (snapshot, _): (Snapshot<K, E::Acc>, usize) =
+                bincode::serde::decode_from_slice(&blob, bincode::config::standard())
+                    .map_err(|e| codec_err("decoding (corrupt or from another job version)", e))?;
+            for (key, slots) in snapshot {
+                // After a rescale each subtask keeps only the keys of its key groups.
+                if !ctx.key_groups.contains(&caudal::keygroup::key_group_of(&key, ctx.max_parallelism)) {
+                    continue;
+                }
+                for (window, _, _) in &slots {
+                    self.register(&key, window);
+                }
+                let slots = slots.into_iter().map(|(window, acc, fired)| WindowSlot { window, acc, fired });
+                self.state.entry(key).or_default().extend(slots);
+            }
+        }
+        Ok(())
+    }
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.late_records = Some(ctx.metrics.counter(names::LATE_RECORDS));

@@ -31,9 +31,13 @@ impl AggregateFunction<Ev> for Sum {
 
 type Out = WindowOutput<WindowResult<u32, i64>, Ev>;
 
-fn harness(assigner: WindowAssigner, lateness: i64) -> OperatorHarness<WindowOperator<u32, Ev, AggregateEmitter<Sum>>> {
+fn harness(
+    assigner: WindowAssigner,
+    lateness: i64,
+) -> OperatorHarness<WindowOperator<u32, Ev, AggregateEmitter<Sum>>> {
     let key: Arc<dyn Fn(&Ev) -> u32 + Send + Sync> = Arc::new(|e: &Ev| e.0);
-    OperatorHarness::new(WindowOperator::new(key, assigner, lateness, Arc::new(AggregateEmitter(Sum)), true)).unwrap()
+    OperatorHarness::new(WindowOperator::new(key, assigner, lateness, Arc::new(AggregateEmitter(Sum)), true))
+        .unwrap()
 }
 
 /// Runs a table of `ts key value` records and `wm <ts>` lines; returns the output lines
@@ -50,7 +54,9 @@ fn run(assigner: WindowAssigner, lateness: i64, table: &str) -> Vec<String> {
         }
         for o in h.take_values() {
             lines.push(match o {
-                WindowOutput::Result(r) => format!("R {} {} {} {}", r.key, r.window.start, r.window.end, r.value),
+                WindowOutput::Result(r) => {
+                    format!("R {} {} {} {}", r.key, r.window.start, r.window.end, r.value)
+                }
                 WindowOutput::Late((k, v)) => format!("L {k} {v}"),
             });
         }
@@ -174,7 +180,11 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 /// Feeds the steps (watermarks made monotonic), then the final watermark. Returns the last
 /// result per (key, window) and the late records, checking no window fires early.
 #[allow(clippy::type_complexity)]
-fn drive(assigner: WindowAssigner, lateness: i64, steps: &[Step]) -> (BTreeMap<(u32, i64, i64), i64>, Vec<Ev>) {
+fn drive(
+    assigner: WindowAssigner,
+    lateness: i64,
+    steps: &[Step],
+) -> (BTreeMap<(u32, i64, i64), i64>, Vec<Ev>) {
     let mut h = harness(assigner, lateness);
     let mut wm = Timestamp::MIN;
     let mut finals = BTreeMap::new();
@@ -183,7 +193,11 @@ fn drive(assigner: WindowAssigner, lateness: i64, steps: &[Step]) -> (BTreeMap<(
         for o in h.take_values() {
             match o {
                 Out::Result(r) => {
-                    assert!(r.window.max_timestamp() <= wm, "window {:?} fired early at watermark {wm}", r.window);
+                    assert!(
+                        r.window.max_timestamp() <= wm,
+                        "window {:?} fired early at watermark {wm}",
+                        r.window
+                    );
                     finals.insert((r.key, r.window.start, r.window.end), r.value);
                 }
                 Out::Late(e) => late.push(e),
@@ -208,7 +222,11 @@ fn drive(assigner: WindowAssigner, lateness: i64, steps: &[Step]) -> (BTreeMap<(
 /// The naive model of fixed windows: a record counts for a window iff the window was not
 /// cleaned up (max_ts + lateness > watermark) when it arrived; late iff it counts nowhere.
 #[allow(clippy::type_complexity)]
-fn model_fixed(assigner: WindowAssigner, lateness: i64, steps: &[Step]) -> (BTreeMap<(u32, i64, i64), i64>, Vec<Ev>) {
+fn model_fixed(
+    assigner: WindowAssigner,
+    lateness: i64,
+    steps: &[Step],
+) -> (BTreeMap<(u32, i64, i64), i64>, Vec<Ev>) {
     let mut wm = Timestamp::MIN;
     let mut sums = BTreeMap::new();
     let mut late = Vec::new();
@@ -281,4 +299,43 @@ proptest! {
             prop_assert_eq!(got.get(w), Some(sum), "session {:?}", w);
         }
     }
+}
+
+#[test]
+fn state_survives_snapshot_and_restore_with_rescale() {
+    // Two subtasks' worth of keys in one operator, snapshotted, restored into 3 subtasks.
+    let mut h = harness(tumbling(10), 0);
+    for k in 0..20u32 {
+        h.process(vec![Record::new(1, (k, 1)), Record::new(2, (k, i64::from(k)))]).unwrap();
+    }
+    let snapshot = h.snapshot(1).unwrap().unwrap();
+    let mut restored = Vec::new();
+    for subtask in 0..3 {
+        let mut r = harness(tumbling(10), 0);
+        r.restore_as(vec![snapshot.clone()], subtask, 3).unwrap();
+        r.process(vec![Record::new(3, (0, 100))]).unwrap(); // only the owner of key 0 keeps it
+        r.watermark(100).unwrap();
+        restored.extend(r.take_values());
+    }
+    let mut sums: Vec<(u32, i64)> = restored
+        .into_iter()
+        .filter_map(|o| match o {
+            Out::Result(r) => Some((r.key, r.value)),
+            Out::Late(_) => None,
+        })
+        .collect();
+    sums.sort();
+    // Each key exactly once; key 0 got the extra 100 in every subtask that saw it — so the
+    // record with key 0 went to all three harnesses: only one of them owned the key before.
+    let key0: Vec<i64> = sums.iter().filter(|(k, _)| *k == 0).map(|(_, v)| *v).collect();
+    assert!(key0.contains(&101), "{key0:?}");
+    let others: Vec<(u32, i64)> = sums.into_iter().filter(|(k, _)| *k != 0).collect();
+    assert_eq!(others, (1..20u32).map(|k| (k, 1 + i64::from(k))).collect::<Vec<_>>());
+}
+
+#[test]
+fn corrupt_state_is_a_clear_error() {
+    let mut h = harness(tumbling(10), 0);
+    let err = h.restore_as(vec![vec![0xff, 0x01, 0x02]], 0, 1).unwrap_err().to_string();
+    assert!(err.contains("window state decoding"), "{err}");
 }

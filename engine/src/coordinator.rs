@@ -1,0 +1,340 @@
+//! The checkpoint coordinator of an embedded job: triggers barriers at the sources,
+//! collects acks, writes the metadata last (then the checkpoint is complete), notifies every
+//! task, applies retention — and restores a job from a completed checkpoint.
+//!
+//! The protocol's state lives in `caudal_checkpoints::PendingCheckpoint` (pure logic); this
+//! file is the I/O edge: channels to tasks and the checkpoint store.
+
+use crate::config::{CheckpointConfig, RestoreFrom};
+use crate::graph::JobPlan;
+use crate::job::{now_ms, CheckpointStats, JobView};
+use crate::runtime::executor::{RestoredState, RunningTask};
+use crate::runtime::task::{CheckpointAck, TaskCommand};
+use crate::types::{CheckpointBarrier, CheckpointId};
+use crate::{Error, Result};
+use caudal_checkpoints::metadata::checkpoint_dirs;
+use caudal_checkpoints::{
+    apply_retention, complete_checkpoint, latest_completed, latest_completed_with_fallback, AckOutcome, Blob,
+    CheckpointKind, CheckpointMetadata, CheckpointPaths, CheckpointStore, OperatorId, PendingCheckpoint,
+    RetentionConfig, SubtaskIndex, SubtaskSnapshot,
+};
+use crossbeam_channel::{Receiver, TryRecvError};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn state_err(e: caudal_checkpoints::Error) -> Error {
+    Error::Operator(format!("checkpoint storage: {e}"))
+}
+
+/// Opens the job's checkpoint storage: `<storage>/<job>/`.
+pub(crate) fn open_store(
+    config: &CheckpointConfig,
+    job: &str,
+) -> Result<(Arc<dyn CheckpointStore>, CheckpointPaths)> {
+    let store = config
+        .storage
+        .build()
+        .map_err(|e| Error::config("checkpoints.storage", format!("{}: {e}", config.storage.url)))?;
+    Ok((Arc::new(store), CheckpointPaths::under(job)))
+}
+
+/// Reads the checkpoint to restore from, by the rules of `config.restore`.
+pub(crate) fn load_restore(
+    config: &CheckpointConfig,
+    store: &dyn CheckpointStore,
+    paths: &CheckpointPaths,
+    job: &str,
+) -> Result<Option<CheckpointMetadata>> {
+    let Some(from) = &config.restore else { return Ok(None) };
+    let meta = match from {
+        RestoreFrom::Latest if config.fallback => match latest_completed_with_fallback(store, paths, job) {
+            Ok(Some(r)) => {
+                for s in &r.skipped {
+                    eprintln!("caudal: skipping corrupt checkpoint {}: {}", s.checkpoint_id.label(), s.error);
+                }
+                Some(r.metadata)
+            }
+            Ok(None) => None,
+            Err(e) => return Err(Error::config("restore", e.to_string())),
+        },
+        RestoreFrom::Latest => {
+            latest_completed(store, paths, job).map_err(|e| Error::config("restore", e.to_string()))?
+        }
+        RestoreFrom::Path(p) => {
+            let dir = if p.starts_with(paths.root()) {
+                p.clone()
+            } else {
+                format!("{}/{}", paths.root().trim_end_matches('/'), p)
+            };
+            Some(
+                caudal_checkpoints::metadata::read_metadata_in(store, &dir, job)
+                    .map_err(|e| Error::config("restore", e.to_string()))?,
+            )
+        }
+    };
+    match meta {
+        Some(m) => Ok(Some(m)),
+        None => Err(Error::config(
+            "restore",
+            format!(
+                "no completed checkpoint of job `{job}` in {}/{}: nothing to restore (start without --restore to begin from scratch)",
+                store.location(),
+                paths.root()
+            ),
+        )),
+    }
+}
+
+/// The operator snapshots of a checkpoint, by operator uid (all old subtasks, in order).
+pub(crate) fn restored_state(meta: &CheckpointMetadata) -> RestoredState {
+    let mut operators = HashMap::new();
+    for (id, op) in &meta.operators {
+        let blobs: Vec<Vec<u8>> =
+            op.subtasks.values().filter_map(|s| s.operator_state.as_ref().map(|b| b.0.clone())).collect();
+        operators.insert(id.as_str().to_string(), blobs);
+    }
+    RestoredState { checkpoint: Some(meta.checkpoint_id), operators }
+}
+
+struct InFlight {
+    pending: PendingCheckpoint,
+    started: Instant,
+    bytes: u64,
+}
+
+/// Drives checkpoints of one running job.
+pub(crate) struct Coordinator {
+    store: Arc<dyn CheckpointStore>,
+    paths: CheckpointPaths,
+    config: CheckpointConfig,
+    job: String,
+    max_parallelism: u16,
+    operators: Vec<(OperatorId, u32)>,
+    next_id: CheckpointId,
+    in_flight: Option<InFlight>,
+    last_end: Instant,
+    acks: Receiver<CheckpointAck>,
+    /// The last completed checkpoint.
+    pub(crate) last_completed: Option<CheckpointId>,
+    /// The checkpoint requested by a stop, and whether it completed.
+    final_checkpoint: Option<CheckpointId>,
+}
+
+/// What a tick decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// Keep running.
+    Continue,
+    /// The final checkpoint of a stop is complete (or impossible): stop the sources now.
+    StopSources,
+}
+
+impl Coordinator {
+    pub(crate) fn new(
+        store: Arc<dyn CheckpointStore>,
+        paths: CheckpointPaths,
+        config: CheckpointConfig,
+        job: &str,
+        plan: &JobPlan,
+        acks: Receiver<CheckpointAck>,
+        restored: Option<CheckpointId>,
+    ) -> Result<Self> {
+        RetentionConfig { retained_checkpoints: config.retained }
+            .validate()
+            .map_err(|e| Error::config("checkpoints.retained", e.to_string()))?;
+        let operators = plan
+            .operators
+            .iter()
+            .map(|o| {
+                OperatorId::new(o.uid.clone())
+                    .map(|id| (id, o.parallelism))
+                    .map_err(|e| Error::config(format!("{}.name", o.name), e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Never reuse an id, even of a checkpoint that did not complete before a crash.
+        let last = checkpoint_dirs(store.as_ref(), &paths).map_err(state_err)?.last().copied();
+        let next_id = last
+            .map_or(CheckpointId(1), CheckpointId::next)
+            .max(restored.map_or(CheckpointId(1), CheckpointId::next));
+        Ok(Coordinator {
+            store,
+            paths,
+            config,
+            job: job.to_string(),
+            max_parallelism: u16::try_from(plan.max_parallelism).unwrap_or(u16::MAX),
+            operators,
+            next_id,
+            in_flight: None,
+            last_end: Instant::now(),
+            acks,
+            last_completed: restored,
+            final_checkpoint: None,
+        })
+    }
+
+    fn trigger(&mut self, tasks: &[RunningTask], view: &JobView) {
+        let id = self.next_id;
+        self.next_id = id.next();
+        let trigger_ms = now_ms();
+        let barrier = CheckpointBarrier { id, triggered_at: trigger_ms };
+        let pending = PendingCheckpoint::new(
+            id,
+            CheckpointKind::Checkpoint,
+            trigger_ms as u64,
+            self.config.timeout.as_millis() as u64,
+            self.operators.clone(),
+        );
+        for t in tasks.iter().filter(|t| t.is_source) {
+            let _ = t.commands.send(TaskCommand::TriggerCheckpoint(barrier));
+        }
+        view.record_checkpoint(CheckpointStats {
+            id: id.0,
+            status: "IN_PROGRESS".into(),
+            trigger_ms,
+            duration_ms: 0,
+            size_bytes: 0,
+            incremental_bytes: 0,
+            failure: None,
+        });
+        self.in_flight = Some(InFlight { pending, started: Instant::now(), bytes: 0 });
+    }
+
+    fn fail(&mut self, view: &JobView, cause: String) {
+        if let Some(f) = self.in_flight.take() {
+            eprintln!("caudal: checkpoint {} failed: {cause}", f.pending.id().0);
+            view.record_checkpoint(CheckpointStats {
+                id: f.pending.id().0,
+                status: "FAILED".into(),
+                trigger_ms: now_ms() - f.started.elapsed().as_millis() as i64,
+                duration_ms: f.started.elapsed().as_millis() as u64,
+                size_bytes: 0,
+                incremental_bytes: 0,
+                failure: Some(cause),
+            });
+            self.last_end = Instant::now();
+        }
+    }
+
+    fn on_ack(&mut self, ack: CheckpointAck, tasks: &[RunningTask], view: &JobView) -> Result<()> {
+        let Some(f) = self.in_flight.as_mut() else { return Ok(()) };
+        if ack.checkpoint != f.pending.id() {
+            return Ok(()); // a late ack of an aborted checkpoint
+        }
+        let mut all = false;
+        for (uid, snapshot) in ack.snapshots {
+            let op = OperatorId::new(uid).map_err(state_err)?;
+            f.bytes += snapshot.as_ref().map_or(0, |s| s.len() as u64);
+            let s = SubtaskSnapshot { keyed_state: None, operator_state: snapshot.map(Blob) };
+            match f.pending.acknowledge(&op, SubtaskIndex(ack.subtask), s, now_ms() as u64) {
+                Ok(AckOutcome::AllAcknowledged) => all = true,
+                Ok(_) => {}
+                Err(e) => {
+                    let cause = e.to_string();
+                    self.fail(view, cause);
+                    return Ok(());
+                }
+            }
+        }
+        if all {
+            self.complete(tasks, view)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, tasks: &[RunningTask], view: &JobView) -> Result<()> {
+        let Some(mut f) = self.in_flight.take() else { return Ok(()) };
+        let id = f.pending.id();
+        crate::crash::point(crate::crash::BEFORE_METADATA, id);
+        match complete_checkpoint(
+            self.store.as_ref(),
+            &self.paths,
+            &mut f.pending,
+            &self.job,
+            self.max_parallelism,
+        ) {
+            Ok(_) => {}
+            Err(e) => {
+                self.in_flight = Some(f);
+                self.fail(view, format!("writing the metadata: {e}"));
+                return Ok(());
+            }
+        }
+        crate::crash::point(crate::crash::AFTER_METADATA_BEFORE_NOTIFY, id);
+        for t in tasks {
+            let _ = t.commands.send(TaskCommand::CheckpointComplete(id));
+        }
+        self.last_completed = Some(id);
+        self.last_end = Instant::now();
+        view.record_checkpoint(CheckpointStats {
+            id: id.0,
+            status: "COMPLETED".into(),
+            trigger_ms: now_ms() - f.started.elapsed().as_millis() as i64,
+            duration_ms: f.started.elapsed().as_millis() as u64,
+            size_bytes: f.bytes,
+            incremental_bytes: f.bytes,
+            failure: None,
+        });
+        let retention = RetentionConfig { retained_checkpoints: self.config.retained };
+        if let Err(e) = apply_retention(self.store.as_ref(), &self.paths, &self.job, &retention) {
+            eprintln!("caudal: retention after checkpoint {}: {e}", id.0);
+        }
+        Ok(())
+    }
+
+    /// One step: collect acks, time out, trigger when due. `stop_requested`: take a final
+    /// checkpoint, then tell the caller to stop the sources.
+    pub(crate) fn tick(
+        &mut self,
+        tasks: &[RunningTask],
+        view: &JobView,
+        stop_requested: bool,
+    ) -> Result<Tick> {
+        loop {
+            match self.acks.try_recv() {
+                Ok(ack) => self.on_ack(ack, tasks, view)?,
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        if let Some(f) = self.in_flight.as_mut() {
+            if f.pending.check_timeout(now_ms() as u64) {
+                let cause = format!("timed out after {:?}", self.config.timeout);
+                self.fail(view, cause);
+            }
+        }
+        // A task that finished cannot take part in a checkpoint: no more checkpoints.
+        let some_finished = tasks.iter().any(|t| t.thread.is_finished());
+        if some_finished {
+            if self.in_flight.is_some() {
+                self.fail(view, "a task finished before acknowledging".into());
+            }
+            return Ok(if stop_requested { Tick::StopSources } else { Tick::Continue });
+        }
+        if stop_requested {
+            match self.final_checkpoint {
+                Some(id) if self.last_completed >= Some(id) => return Ok(Tick::StopSources),
+                Some(_) if self.in_flight.is_none() => return Ok(Tick::StopSources), // it failed
+                Some(_) => return Ok(Tick::Continue),
+                None if self.in_flight.is_some() => {
+                    self.final_checkpoint = self.in_flight.as_ref().map(|f| f.pending.id());
+                    return Ok(Tick::Continue);
+                }
+                None => {
+                    self.final_checkpoint = Some(self.next_id);
+                    self.trigger(tasks, view);
+                    return Ok(Tick::Continue);
+                }
+            }
+        }
+        let Some(interval) = self.config.interval else { return Ok(Tick::Continue) };
+        if self.in_flight.is_none() && self.last_end.elapsed() >= interval.max(self.config.min_pause) {
+            self.trigger(tasks, view);
+        }
+        Ok(Tick::Continue)
+    }
+
+    /// How long a stop may wait for its final checkpoint.
+    pub(crate) fn stop_timeout(&self) -> Duration {
+        self.config.timeout
+    }
+}

@@ -1,0 +1,39 @@
+//! Crash points of the checkpoint protocol, for recovery tests.
+//!
+//! A test sets `CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>` (read by the `JobConfig` loader);
+//! when the job reaches that point of that checkpoint the process aborts at once — no
+//! destructor, no flush — exactly like a SIGKILL there. Unset, a point costs one atomic load.
+
+use crate::types::CheckpointId;
+use std::sync::OnceLock;
+
+/// A task snapshotted its operators for the checkpoint but has not acked it yet.
+pub const AFTER_SNAPSHOT_BEFORE_ACK: &str = "after-snapshot-before-ack";
+/// A sink flushed and pre-committed its epoch (the barrier passed it).
+pub const AFTER_SINK_PRE_COMMIT: &str = "after-sink-pre-commit";
+/// Every task acked; the metadata is not written yet.
+pub const BEFORE_METADATA: &str = "before-metadata";
+/// The metadata is durable (the checkpoint is complete); no task was notified yet.
+pub const AFTER_METADATA_BEFORE_NOTIFY: &str = "after-metadata-before-notify";
+/// A sink is committing (some of its pending files are published, some not).
+pub const DURING_SINK_COMMIT: &str = "during-sink-commit";
+/// A restored job has read its checkpoint and is restoring operators.
+pub const DURING_RESTORE: &str = "during-restore";
+
+static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
+
+/// Arm the crash point (once per process).
+pub(crate) fn install(point: &str, checkpoint: u64) {
+    let _ = CRASH_AT.set((point.to_string(), checkpoint));
+}
+
+/// Abort the process if `name` at `checkpoint` is the armed crash point.
+#[inline]
+pub fn point(name: &str, checkpoint: CheckpointId) {
+    if let Some((p, c)) = CRASH_AT.get() {
+        if p == name && *c == checkpoint.0 {
+            eprintln!("caudal: crash point {name} at checkpoint {c}: aborting");
+            std::process::abort();
+        }
+    }
+}
