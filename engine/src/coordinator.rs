@@ -18,7 +18,7 @@ use caudal_checkpoints::{
     CheckpointKind, CheckpointMetadata, CheckpointPaths, CheckpointStore, OperatorId, PendingCheckpoint,
     RetentionConfig, SubtaskIndex, SubtaskSnapshot,
 };
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -290,11 +290,8 @@ impl Coordinator {
         view: &JobView,
         stop_requested: bool,
     ) -> Result<Tick> {
-        loop {
-            match self.acks.try_recv() {
-                Ok(ack) => self.on_ack(ack, tasks, view)?,
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-            }
+        while let Ok(ack) = self.acks.try_recv() {
+            self.on_ack(ack, tasks, view)?;
         }
         if let Some(f) = self.in_flight.as_mut() {
             if f.pending.check_timeout(now_ms() as u64) {

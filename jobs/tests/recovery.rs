@@ -58,7 +58,7 @@ fn spawn(args: &[String], restore: bool, env: &[(&str, String)]) -> Child {
     cmd.spawn().expect("start temperature")
 }
 
-fn wait(mut child: Child) -> (ExitStatus, String) {
+fn wait(child: Child) -> (ExitStatus, String) {
     let out = child.wait_with_output().expect("wait");
     (out.status, String::from_utf8_lossy(&out.stderr).to_string())
 }

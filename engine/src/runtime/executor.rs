@@ -311,8 +311,6 @@ impl JobControl {
 
 /// A running task: its thread and its command channel.
 pub(crate) struct RunningTask {
-    pub(crate) name: String,
-    pub(crate) subtask: u32,
     pub(crate) is_source: bool,
     pub(crate) commands: Sender<TaskCommand>,
     pub(crate) thread: std::thread::JoinHandle<()>,
@@ -327,7 +325,7 @@ pub(crate) fn spawn(
     let mut handles = Vec::new();
     for t in tasks {
         let is_source = matches!(t.runnable, Runnable::Source(_));
-        let (name, subtask, commands) = (t.name.clone(), t.subtask, t.commands.clone());
+        let commands = t.commands.clone();
         let env = TaskEnv {
             task: t.name.clone(),
             subtask: t.subtask,
@@ -366,7 +364,7 @@ pub(crate) fn spawn(
                 }
             })
             .map_err(|e| Error::io("spawning a task thread", e))?;
-        handles.push(RunningTask { name, subtask, is_source, commands, thread: h });
+        handles.push(RunningTask { is_source, commands, thread: h });
     }
     Ok(handles)
 }

@@ -9,7 +9,7 @@ use crate::types::{
     Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK, MIN_WATERMARK,
 };
 use crate::{Error, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +27,6 @@ pub(crate) enum TaskCommand {
 #[derive(Debug)]
 pub(crate) struct CheckpointAck {
     pub(crate) checkpoint: CheckpointId,
-    pub(crate) task: String,
     pub(crate) subtask: u32,
     /// (operator uid, snapshot) for every operator of the chain, the source's position first.
     pub(crate) snapshots: Vec<(String, Option<Vec<u8>>)>,
@@ -53,12 +52,7 @@ impl TaskEnv {
         crate::crash::point(crate::crash::AFTER_SNAPSHOT_BEFORE_ACK, checkpoint);
         if let Some(acks) = &self.acks {
             // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
-            let _ = acks.send(CheckpointAck {
-                checkpoint,
-                task: self.task.clone(),
-                subtask: self.subtask,
-                snapshots,
-            });
+            let _ = acks.send(CheckpointAck { checkpoint, subtask: self.subtask, snapshots });
         }
     }
 }
@@ -195,11 +189,8 @@ impl<T: Data> SourceTask for SourceRunner<T> {
         self.fanout.each(|t| t.open())?;
         let mut first_buffered: Option<Instant> = None;
         loop {
-            loop {
-                match env.commands.try_recv() {
-                    Ok(cmd) => self.handle(cmd, env)?,
-                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-                }
+            while let Ok(cmd) = env.commands.try_recv() {
+                self.handle(cmd, env)?;
             }
             if env.cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
