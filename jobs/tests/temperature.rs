@@ -37,7 +37,11 @@ fn run(parallelism: u32, records: u64, output: &Path) -> caudal::JobResult {
 fn sorted_lines(dir: &Path) -> Vec<String> {
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "jsonl") {
+            continue; // .inprogress/
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         lines.extend(text.lines().map(str::to_string));
     }
     lines.sort();
