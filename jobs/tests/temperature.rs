@@ -120,6 +120,8 @@ fn a_bounded_run_from_the_command_line_writes_both_outputs() {
         "--progress-secs",
         "0",
         "--no-ui",
+        "--checkpoint-interval",
+        "0",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
