@@ -112,6 +112,14 @@ impl GraphBuilder {
         self.nodes.push(Node { name: name.to_string(), parallelism: None, kind, inputs });
         self.nodes.len() - 1
     }
+
+    pub(crate) fn set_name(&mut self, node: NodeId, name: &str) {
+        self.nodes[node].name = name.to_string();
+    }
+
+    pub(crate) fn set_parallelism(&mut self, node: NodeId, parallelism: u32) {
+        self.nodes[node].parallelism = Some(parallelism);
+    }
 }
 
 /// One operator of the plan.

@@ -6,6 +6,16 @@ use crate::Result;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+/// Hands a whole batch on: moves it (no copy) when `out` is empty, appends otherwise.
+#[inline]
+fn forward<T>(mut batch: Batch<T>, out: &mut Batch<T>) {
+    if out.is_empty() {
+        *out = batch;
+    } else {
+        out.append(&mut batch);
+    }
+}
+
 /// `map`: one output per input, timestamp kept.
 pub(crate) struct MapOp<T, U, F> {
     pub(crate) f: Arc<F>,
@@ -48,11 +58,7 @@ impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Operator for FilterOp<T
     ) -> Result<()> {
         let f = &*self.f;
         batch.retain(|r| f(&r.value));
-        if out.is_empty() {
-            *out = batch;
-        } else {
-            out.append(&mut batch);
-        }
+        forward(batch, out);
         Ok(())
     }
 }
@@ -97,11 +103,11 @@ impl<T: Data> Operator for PassThrough<T> {
 
     fn process_batch(
         &mut self,
-        mut batch: Batch<T>,
+        batch: Batch<T>,
         out: &mut Batch<T>,
         _ctx: &mut OperatorContext,
     ) -> Result<()> {
-        out.append(&mut batch);
+        forward(batch, out);
         Ok(())
     }
 }
@@ -126,7 +132,7 @@ impl<T: Data, F: Fn(&T) -> crate::types::Timestamp + Send + Sync + 'static> Oper
         for r in &mut batch {
             r.ts = f(&r.value);
         }
-        out.append(&mut batch);
+        forward(batch, out);
         Ok(())
     }
 }

@@ -53,13 +53,13 @@ impl<T: Data> DataStream<T> {
 
     /// Name this operator (shown in the plan, metrics, errors and the UI).
     pub fn name(self, name: &str) -> Self {
-        self.graph.borrow_mut().nodes[self.node].name = name.to_string();
+        self.graph.borrow_mut().set_name(self.node, name);
         self
     }
 
     /// Run this operator with `parallelism` subtasks instead of the job's default.
     pub fn parallelism(self, parallelism: u32) -> Self {
-        self.graph.borrow_mut().nodes[self.node].parallelism = Some(parallelism);
+        self.graph.borrow_mut().set_parallelism(self.node, parallelism);
         self
     }
 
@@ -219,13 +219,13 @@ impl std::fmt::Debug for DataStreamSink {
 impl DataStreamSink {
     /// Name the sink.
     pub fn name(self, name: &str) -> Self {
-        self.graph.borrow_mut().nodes[self.node].name = name.to_string();
+        self.graph.borrow_mut().set_name(self.node, name);
         self
     }
 
     /// Run the sink with `parallelism` subtasks.
     pub fn parallelism(self, parallelism: u32) -> Self {
-        self.graph.borrow_mut().nodes[self.node].parallelism = Some(parallelism);
+        self.graph.borrow_mut().set_parallelism(self.node, parallelism);
         self
     }
 }
