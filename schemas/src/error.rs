@@ -113,6 +113,15 @@ pub struct RegistryError {
     pub message: String,
 }
 
+impl RegistryError {
+    /// The "subject already exists" conflict a registry answers when two first
+    /// registrations of one subject race (not an incompatibility, which names no
+    /// existing artifact): asking again succeeds.
+    pub fn is_subject_create_race(&self) -> bool {
+        self.status == 409 && self.message.contains("already exists")
+    }
+}
+
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "schema registry: {} -> HTTP {}", self.request, self.status)?;

@@ -189,7 +189,17 @@ impl RegistryClient {
         }
         let body = json!({ "schema": schema_json });
         let path = format!("/subjects/{}/versions", encode_segment(subject));
-        let resp: IdResponse = self.request(Method::Post(&body), &path)?;
+        let mut attempt = 0;
+        let resp: IdResponse = loop {
+            match self.request(Method::Post(&body), &path) {
+                // Apicurio's ccompat API races its own "create the subject" path against a
+                // concurrent first registration (seen on a freshly started registry) and
+                // answers 409 "already exists"; the subject exists by then, so asking again
+                // takes the "add a version" path and answers with the id.
+                Err(Error::Registry(e)) if attempt < 3 && e.is_subject_create_race() => attempt += 1,
+                other => break other?,
+            }
+        };
         self.ids_by_subject_schema.write().insert(key, resp.id);
         Ok(resp.id)
     }
