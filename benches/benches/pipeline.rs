@@ -39,7 +39,7 @@ fn bench(c: &mut Criterion) {
         readings.iter().cloned().map(|r| Record::new(r.ts, to_celsius(r))).collect();
     group.bench_function("window-aggregate", |b| {
         b.iter(|| {
-            let key: Arc<dyn Fn(&ProcessedReading) -> u64 + Send + Sync> = Arc::new(|r| r.sensor_id);
+            let key: Arc<dyn Fn(&ProcessedReading) -> i64 + Send + Sync> = Arc::new(|r| r.sensor_id);
             let op = WindowOperator::new(
                 key,
                 WindowAssigner::tumbling(Duration::from_secs(60)),

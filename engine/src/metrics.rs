@@ -31,6 +31,7 @@ pub struct SubtaskMetrics {
     /// Nanoseconds spent blocked on a full output channel.
     pub backpressured_ns: AtomicU64,
     custom: Mutex<BTreeMap<&'static str, Arc<AtomicU64>>>,
+    gauges: Mutex<BTreeMap<String, Arc<AtomicI64>>>,
 }
 
 impl Default for SubtaskMetrics {
@@ -42,6 +43,7 @@ impl Default for SubtaskMetrics {
             busy_ns: AtomicU64::new(0),
             backpressured_ns: AtomicU64::new(0),
             custom: Mutex::new(BTreeMap::new()),
+            gauges: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -55,6 +57,17 @@ impl SubtaskMetrics {
     /// The current value of every custom counter.
     pub fn custom_values(&self) -> BTreeMap<String, u64> {
         self.custom.lock().iter().map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// A named gauge of this subtask, e.g. `kafka.earth-temp.3.lag` (created on first
+    /// use; keep the handle).
+    pub fn gauge(&self, name: impl Into<String>) -> Arc<AtomicI64> {
+        self.gauges.lock().entry(name.into()).or_default().clone()
+    }
+
+    /// The current value of every gauge.
+    pub fn gauge_values(&self) -> BTreeMap<String, i64> {
+        self.gauges.lock().iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -103,6 +116,8 @@ pub struct OperatorSnapshot {
     pub subtasks: Vec<SubtaskSnapshot>,
     /// Custom counters, summed over subtasks.
     pub counters: BTreeMap<String, u64>,
+    /// Gauges of every subtask (names are unique per subtask, e.g. per Kafka partition).
+    pub gauges: BTreeMap<String, i64>,
 }
 
 /// One subtask's counters.
@@ -161,6 +176,7 @@ impl MetricsRegistry {
                         *counters.entry(k).or_insert(0) += v;
                     }
                 }
+                let gauges = op.subtasks.iter().flat_map(|s| s.gauge_values()).collect();
                 OperatorSnapshot {
                     id: op.id,
                     name: op.name.clone(),
@@ -170,6 +186,7 @@ impl MetricsRegistry {
                     watermark: subtasks.iter().map(|s| s.watermark).min().unwrap_or(MIN_WATERMARK),
                     subtasks,
                     counters,
+                    gauges,
                 }
             })
             .collect()

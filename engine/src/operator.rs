@@ -32,6 +32,9 @@ pub struct OperatorContext {
     pub operator_uid: String,
     /// True when the job takes checkpoints (sinks then publish only on completion).
     pub checkpointing: bool,
+    /// The checkpoint interval and timeout when checkpointing: the longest a pre-committed
+    /// transaction waits for its commit is about interval + timeout + a restart.
+    pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
     /// The checkpoint the job restored from, if any.
     pub restored_checkpoint: Option<CheckpointId>,
     /// The snapshots of every subtask of this operator in the restored checkpoint; the

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 /// Where a source subtask runs.
 #[derive(Debug, Clone)]
 pub struct SourceContext {
+    /// The job's name.
+    pub job_name: String,
+    /// This subtask's counters (a source adds its own, e.g. per-partition lag).
+    pub metrics: Arc<crate::metrics::SubtaskMetrics>,
     /// The source operator's name.
     pub operator_name: String,
     /// This subtask's index.
@@ -57,7 +61,7 @@ pub trait SourceReader<T>: Send {
     fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourcePoll>;
 
     /// The reader's position after the last emitted record (sequence numbers, offsets).
-    fn position(&self) -> Result<Vec<u8>> {
+    fn position(&mut self) -> Result<Vec<u8>> {
         Ok(Vec::new())
     }
 

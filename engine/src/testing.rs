@@ -79,6 +79,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             metrics: Arc::new(crate::metrics::SubtaskMetrics::default()),
             operator_uid: "0-under-test".into(),
             checkpointing: false,
+            checkpoint_timing: None,
             restored_checkpoint: None,
             restored: None,
         };

@@ -3,4 +3,5 @@
 //! **In:** flags. **Out:** a running job. Each pipeline is a library function so tests and
 //! benchmarks build exactly the graph the binary runs.
 
+pub mod produce;
 pub mod temperature;

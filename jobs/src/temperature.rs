@@ -4,47 +4,18 @@
 
 use caudal::{DataStream, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
+use caudal_operators::kafka::{
+    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSource,
+    KafkaSourceConfig,
+};
 use caudal_operators::sinks::{DiscardSink, JsonFileSink, StdoutSink};
 use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
+use caudal_schemas::AvroRecord;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// A reading converted to Celsius.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcessedReading {
-    /// The sensor.
-    pub sensor_id: u64,
-    /// Event time, ms since the epoch.
-    pub ts: i64,
-    /// Latitude.
-    pub lat: f64,
-    /// Longitude.
-    pub lon: f64,
-    /// Temperature in °C.
-    pub temp_c: f64,
-    /// Temperature in °F, as read.
-    pub temp_f: f64,
-}
-
-/// Per-sensor statistics of one window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WindowStats {
-    /// The sensor.
-    pub sensor_id: u64,
-    /// Window start, ms since the epoch (inclusive).
-    pub window_start: i64,
-    /// Window end, ms since the epoch (exclusive).
-    pub window_end: i64,
-    /// Readings in the window.
-    pub count: u64,
-    /// Minimum °C.
-    pub min_c: f64,
-    /// Maximum °C.
-    pub max_c: f64,
-    /// Mean °C.
-    pub mean_c: f64,
-}
+pub use caudal_schemas::{ProcessedReading, WindowStats};
 
 /// °F → °C.
 pub fn to_celsius(r: SensorReading) -> ProcessedReading {
@@ -117,13 +88,56 @@ pub enum SinkKind {
     Stdout,
     /// Count and drop (benchmarks).
     Discard,
+    /// Avro into Kafka topics, exactly-once by default.
+    Kafka(KafkaOutput),
+}
+
+/// Where the readings come from.
+#[derive(Debug, Clone)]
+pub enum SourceKind {
+    /// The simulated sensors.
+    Generator(GeneratorConfig),
+    /// Avro readings from a Kafka topic (written by `temperature produce`).
+    Kafka(KafkaInput),
+}
+
+/// The Kafka topic the readings are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaInput {
+    /// `host:port[,…]`.
+    pub brokers: String,
+    /// The schema registry's base URL.
+    pub schema_registry: String,
+    /// The topic (`earth-temp`).
+    pub topic: String,
+    /// Read up to the end offsets present at start, then finish.
+    pub bounded: bool,
+    /// Where undecodable records go.
+    pub dead_letter_topic: Option<String>,
+}
+
+/// The Kafka topics the results go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaOutput {
+    /// `host:port[,…]`.
+    pub brokers: String,
+    /// The schema registry's base URL.
+    pub schema_registry: String,
+    /// Topic of the converted readings (`processed-temp`).
+    pub readings_topic: String,
+    /// Topic of the window statistics (`temp-windows`).
+    pub windows_topic: String,
+    /// Exactly-once (default), at-least-once or none.
+    pub delivery: DeliveryGuarantee,
+    /// The producers' `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
 }
 
 /// The job's settings (from flags in the binary).
 #[derive(Debug, Clone)]
 pub struct TemperatureJob {
-    /// The generator.
-    pub generator: GeneratorConfig,
+    /// Where the readings come from.
+    pub source: SourceKind,
     /// The window length.
     pub window: Duration,
     /// Bounded out-of-orderness of the watermark.
@@ -136,6 +150,8 @@ pub struct TemperatureJob {
 pub mod names {
     /// The generator source.
     pub const SOURCE: &str = "sensor-generator";
+    /// The Kafka source.
+    pub const KAFKA_SOURCE: &str = "kafka-readings";
     /// °F → °C.
     pub const TO_CELSIUS: &str = "to-celsius";
     /// −50 < °C < 60.
@@ -151,16 +167,23 @@ pub mod names {
 impl TemperatureJob {
     /// Add the pipeline to `env`.
     pub fn build(&self, env: &StreamEnv) -> Result<()> {
-        let generator = self.generator.clone().build()?;
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(self.out_of_orderness, |r: &SensorReading| r.ts)
                 .with_idleness(Duration::from_secs(30));
-        let readings = env
-            .source(names::SOURCE, generator, watermarks)
-            .map(to_celsius)
-            .name(names::TO_CELSIUS)
-            .filter(is_plausible)
-            .name(names::ANOMALY_FILTER);
+        let raw = match &self.source {
+            SourceKind::Generator(generator) => {
+                env.source(names::SOURCE, generator.clone().build()?, watermarks)
+            }
+            SourceKind::Kafka(input) => {
+                let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
+                config.dead_letter_topic = input.dead_letter_topic.clone();
+                let source =
+                    KafkaSource::new(config, AvroDecoder::<SensorReading>::factory(&input.schema_registry));
+                env.source(names::KAFKA_SOURCE, source, watermarks)
+            }
+        };
+        let readings =
+            raw.map(to_celsius).name(names::TO_CELSIUS).filter(is_plausible).name(names::ANOMALY_FILTER);
         let windows = readings
             .clone()
             .key_by(|r: &ProcessedReading| r.sensor_id)
@@ -171,19 +194,36 @@ impl TemperatureJob {
                 sensor_id: w.key,
                 window_start: w.window.start,
                 window_end: w.window.end,
-                count: w.value.count,
+                count: w.value.count as i64,
                 min_c: w.value.min,
                 max_c: w.value.max,
                 mean_c: w.value.sum / w.value.count.max(1) as f64,
             })
             .name("to-window-stats");
-        self.sink(readings, names::READINGS_SINK, "readings");
-        self.sink(windows, names::WINDOWS_SINK, "windows");
+        self.sink(readings, names::READINGS_SINK, "readings", |r| r.sensor_id);
+        self.sink(windows, names::WINDOWS_SINK, "windows", |w| w.sensor_id);
         Ok(())
     }
 
-    fn sink<T: caudal::Data + Serialize>(&self, stream: DataStream<T>, name: &str, folder: &str) {
+    fn sink<T: caudal::Data + Serialize + AvroRecord>(
+        &self,
+        stream: DataStream<T>,
+        name: &str,
+        folder: &str,
+        key: fn(&T) -> i64,
+    ) {
         match &self.sink {
+            SinkKind::Kafka(output) => {
+                let topic = if folder == "readings" { &output.readings_topic } else { &output.windows_topic };
+                let config = KafkaSinkConfig::new(&output.brokers, topic)
+                    .delivery(output.delivery)
+                    .transaction_timeout(output.transaction_timeout);
+                let registry = output.schema_registry.clone();
+                stream.sink(name, move |_| {
+                    let serializer = AvroSerializer::<T>::new(&registry).keyed(move |r| key(r).to_string());
+                    Ok(KafkaSink::new(config.clone(), serializer))
+                });
+            }
             SinkKind::File(dir) => {
                 let dir = dir.join(folder);
                 stream.sink(name, move |_| Ok(JsonFileSink::new(dir.clone())));

@@ -3,7 +3,7 @@
 //! the faulty readings, and bad flags fail at start naming the flag.
 
 use caudal::{JobConfig, StreamEnv};
-use caudal_jobs::temperature::{names, SinkKind, TemperatureJob, WindowStats};
+use caudal_jobs::temperature::{names, SinkKind, SourceKind, TemperatureJob, WindowStats};
 use caudal_operators::generator::GeneratorConfig;
 use std::path::Path;
 use std::process::Command;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 fn job(records: u64, output: &Path) -> TemperatureJob {
     TemperatureJob {
-        generator: GeneratorConfig {
+        source: SourceKind::Generator(GeneratorConfig {
             sensors: 50,
             rate: 0.0,
             records: Some(records),
@@ -20,7 +20,7 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
             splits: 8,
             start_ms: None,
             event_interval_ms: None,
-        },
+        }),
         window: Duration::from_secs(60),
         out_of_orderness: Duration::from_secs(1),
         sink: SinkKind::File(output.to_path_buf()),
@@ -75,7 +75,7 @@ fn windows_account_for_every_plausible_reading() {
     assert!((400..=800).contains(&dropped), "dropped {dropped}");
     let windows: Vec<WindowStats> =
         sorted_lines(&tmp.path().join("windows")).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let counted: u64 = windows.iter().map(|w| w.count).sum();
+    let counted: u64 = windows.iter().map(|w| w.count as u64).sum();
     assert_eq!(counted, filter.records_out, "every reading that passed the filter is in exactly one window");
     for w in &windows {
         assert_eq!(w.window_end - w.window_start, 60_000);

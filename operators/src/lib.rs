@@ -9,5 +9,6 @@
 //! silently dropped.
 
 pub mod generator;
+pub mod kafka;
 pub mod sinks;
 pub mod window;

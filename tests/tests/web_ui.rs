@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use caudal::{JobConfig, StopHandle, StreamEnv};
-use caudal_jobs::temperature::{SinkKind, TemperatureJob};
+use caudal_jobs::temperature::{SinkKind, SourceKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -236,7 +236,7 @@ fn start_temperature(
     let (tx, rx) = std::sync::mpsc::channel();
     let runner = std::thread::spawn(move || {
         let job = TemperatureJob {
-            generator: GeneratorConfig {
+            source: SourceKind::Generator(GeneratorConfig {
                 sensors: 40,
                 rate: 25.0,
                 records: None,
@@ -245,7 +245,7 @@ fn start_temperature(
                 splits: 4,
                 start_ms: None,
                 event_interval_ms: None,
-            },
+            }),
             window: Duration::from_secs(5),
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,

@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context};
 use caudal::{JobConfig, StreamEnv};
-use caudal_jobs::temperature::{is_plausible, to_celsius, SinkKind, TemperatureJob};
+use caudal_jobs::temperature::{is_plausible, to_celsius, SinkKind, SourceKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
 use caudal_operators::sinks::DiscardSink;
 use clap::{Parser, ValueEnum};
@@ -79,7 +79,7 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
     };
     match pipeline {
         Pipeline::Temperature => TemperatureJob {
-            generator,
+            source: SourceKind::Generator(generator),
             window: Duration::from_secs(60),
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,

@@ -318,7 +318,7 @@ impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
         Ok(if self.next >= self.items.len() { SourcePoll::Finished } else { SourcePoll::Ready })
     }
 
-    fn position(&self) -> Result<Vec<u8>> {
+    fn position(&mut self) -> Result<Vec<u8>> {
         Ok((self.next as u64).to_le_bytes().to_vec())
     }
 }

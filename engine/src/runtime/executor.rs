@@ -203,7 +203,13 @@ pub(crate) fn build_tasks(
             let runnable = match &graph.nodes[h].kind {
                 NodeKind::Source(factory) => {
                     let targets = builder.targets(h, i)?;
-                    let ctx = SourceContext { operator_name: name.clone(), subtask: i, parallelism: p[h] };
+                    let ctx = SourceContext {
+                        job_name: job.to_string(),
+                        operator_name: name.clone(),
+                        subtask: i,
+                        parallelism: p[h],
+                        metrics: node_metrics[h][i as usize].clone(),
+                    };
                     let uid = compiled.plan.operators[h].uid.clone();
                     let setup = SourceSetup {
                         restored: restored.operators.get(&uid).cloned().unwrap_or_default(),
@@ -275,6 +281,7 @@ impl ChainBuilder<'_> {
             metrics: self.node_metrics[n][i as usize].clone(),
             operator_uid: self.compiled.plan.operators[n].uid.clone(),
             checkpointing: self.config.checkpoints.interval.is_some(),
+            checkpoint_timing: self.config.checkpoints.interval.map(|i| (i, self.config.checkpoints.timeout)),
             restored_checkpoint: self.restored.checkpoint,
             restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
         };

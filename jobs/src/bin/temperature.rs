@@ -2,13 +2,19 @@
 //!
 //! With no flags: 5 sensors at 1 reading per second each, unbounded, results under
 //! `./data/output`, a progress line every 5 seconds. Ctrl-C stops cleanly.
+//!
+//! `--source kafka` reads Avro readings from `--input-topic` instead; `--sink kafka` writes
+//! the results to `--output-topic` and `--windows-topic` exactly once.
+//! `temperature produce` writes simulated readings into a topic.
 
 use anyhow::Context;
 use caudal::metrics::{names as metric, OperatorSnapshot};
 use caudal::{JobConfig, StreamEnv};
-use caudal_jobs::temperature::{names, SinkKind, TemperatureJob};
+use caudal_jobs::produce::Producer;
+use caudal_jobs::temperature::{names, KafkaInput, KafkaOutput, SinkKind, SourceKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
-use clap::{Parser, ValueEnum};
+use caudal_operators::kafka::DeliveryGuarantee;
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,12 +26,37 @@ enum Sink {
     Stdout,
     /// Count and discard (benchmarks).
     Discard,
+    /// Avro into --output-topic and --windows-topic.
+    Kafka,
 }
 
-/// The temperature pipeline of the reference architecture.
-#[derive(Debug, Parser)]
-#[command(version, about, long_about = None, allow_negative_numbers = true)]
-struct Args {
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Input {
+    /// The simulated sensors.
+    Generator,
+    /// Avro readings from --input-topic.
+    Kafka,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Delivery {
+    /// A Kafka transaction per checkpoint, committed when it completes.
+    ExactlyOnce,
+    /// Idempotent producer flushed at checkpoints: duplicates after a restore.
+    AtLeastOnce,
+    /// Fire and forget.
+    None,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write simulated sensor readings into a Kafka topic (Avro, keyed by sensor id).
+    Produce(ProduceArgs),
+}
+
+/// The simulated sensors.
+#[derive(Debug, ClapArgs)]
+struct SensorArgs {
     /// Number of simulated sensors.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     sensors: u64,
@@ -47,6 +78,81 @@ struct Args {
     /// Number of generator shards (the unit of source parallelism and replay).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     splits: u32,
+}
+
+impl SensorArgs {
+    fn generator(&self) -> GeneratorConfig {
+        GeneratorConfig {
+            sensors: self.sensors,
+            rate: self.rate,
+            records: self.records,
+            seed: self.seed,
+            faulty_fraction: self.faulty_fraction,
+            splits: self.splits,
+            start_ms: None,
+            event_interval_ms: self.event_interval_ms,
+        }
+    }
+}
+
+/// Kafka and its schema registry.
+#[derive(Debug, ClapArgs)]
+struct KafkaArgs {
+    /// Kafka bootstrap brokers, host:port[,host:port…].
+    #[arg(long, default_value = "127.0.0.1:9092", env = "CAUDAL_KAFKA_BROKERS")]
+    brokers: String,
+    /// Confluent-compatible schema registry URL.
+    #[arg(long, default_value = "http://127.0.0.1:8085", env = "CAUDAL_SCHEMA_REGISTRY")]
+    schema_registry: String,
+}
+
+#[derive(Debug, ClapArgs)]
+struct ProduceArgs {
+    /// The topic written.
+    #[arg(long, default_value = "earth-temp")]
+    topic: String,
+    #[command(flatten)]
+    sensors: SensorArgs,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+}
+
+/// The temperature pipeline of the reference architecture.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None, allow_negative_numbers = true)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    sensors: SensorArgs,
+    /// Where readings come from.
+    #[arg(long, value_enum, default_value_t = Input::Generator)]
+    source: Input,
+    /// The topic --source kafka reads.
+    #[arg(long, default_value = "earth-temp")]
+    input_topic: String,
+    /// With --source kafka: read up to the end offsets present at start, then finish.
+    #[arg(long)]
+    bounded: bool,
+    /// With --source kafka: topic for records that cannot be decoded.
+    #[arg(long)]
+    dead_letter_topic: Option<String>,
+    /// The topic --sink kafka writes the converted readings to.
+    #[arg(long, default_value = "processed-temp")]
+    output_topic: String,
+    /// The topic --sink kafka writes the window statistics to.
+    #[arg(long, default_value = "temp-windows")]
+    windows_topic: String,
+    /// Delivery guarantee of --sink kafka.
+    #[arg(long, value_enum, default_value_t = Delivery::ExactlyOnce)]
+    delivery: Delivery,
+    /// transaction.timeout.ms of --sink kafka, in seconds (within the broker's
+    /// transaction.max.timeout.ms; above checkpoint interval + timeout + a restart).
+    #[arg(long, default_value_t = 900)]
+    transaction_timeout_secs: u64,
+    #[command(flatten)]
+    kafka: KafkaArgs,
     /// Parallelism of every operator.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=128))]
     parallelism: u32,
@@ -109,7 +215,8 @@ fn find<'a>(ops: &'a [OperatorSnapshot], name: &str) -> Option<&'a OperatorSnaps
 }
 
 fn progress_line(ops: &[OperatorSnapshot], elapsed: Duration) -> String {
-    let read = find(ops, names::SOURCE).map_or(0, |o| o.records_out);
+    let read =
+        find(ops, names::SOURCE).or_else(|| find(ops, names::KAFKA_SOURCE)).map_or(0, |o| o.records_out);
     let dropped = find(ops, names::ANOMALY_FILTER).map_or(0, |o| o.records_in - o.records_out);
     let fired =
         find(ops, names::WINDOWS).and_then(|o| o.counters.get(metric::WINDOWS_FIRED).copied()).unwrap_or(0);
@@ -124,8 +231,26 @@ fn progress_line(ops: &[OperatorSnapshot], elapsed: Duration) -> String {
     )
 }
 
+fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
+    let producer = Producer {
+        generator: args.sensors.generator(),
+        brokers: args.kafka.brokers.clone(),
+        schema_registry: args.kafka.schema_registry.clone(),
+        topic: args.topic.clone(),
+    };
+    let config = JobConfig { web_bind: None, progress_interval: None, ..JobConfig::default() };
+    eprintln!("temperature produce: writing readings to `{}` on {}", args.topic, args.kafka.brokers);
+    let result = producer.run(config.with_env_overrides()?).context("producing readings")?;
+    let written = result.operators.iter().find(|o| o.kind == "sink").map_or(0, |o| o.records_in);
+    eprintln!("temperature produce: {written} readings in {:.1}s", result.elapsed.as_secs_f64());
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::Produce(p)) = &args.command {
+        return produce(p);
+    }
     let mut config = JobConfig {
         parallelism: args.parallelism,
         progress_interval: (args.progress_secs > 0).then(|| Duration::from_secs(args.progress_secs)),
@@ -140,15 +265,15 @@ fn main() -> anyhow::Result<()> {
     config.checkpoints.fallback = args.fallback;
     let config = config.with_env_overrides()?;
     let job = TemperatureJob {
-        generator: GeneratorConfig {
-            sensors: args.sensors,
-            rate: args.rate,
-            records: args.records,
-            seed: args.seed,
-            faulty_fraction: args.faulty_fraction,
-            splits: args.splits,
-            start_ms: None,
-            event_interval_ms: args.event_interval_ms,
+        source: match args.source {
+            Input::Generator => SourceKind::Generator(args.sensors.generator()),
+            Input::Kafka => SourceKind::Kafka(KafkaInput {
+                brokers: args.kafka.brokers.clone(),
+                schema_registry: args.kafka.schema_registry.clone(),
+                topic: args.input_topic.clone(),
+                bounded: args.bounded,
+                dead_letter_topic: args.dead_letter_topic.clone(),
+            }),
         },
         window: Duration::from_secs(args.window_secs),
         out_of_orderness: Duration::from_secs(1),
@@ -156,6 +281,18 @@ fn main() -> anyhow::Result<()> {
             Sink::File => SinkKind::File(args.output.clone()),
             Sink::Stdout => SinkKind::Stdout,
             Sink::Discard => SinkKind::Discard,
+            Sink::Kafka => SinkKind::Kafka(KafkaOutput {
+                brokers: args.kafka.brokers.clone(),
+                schema_registry: args.kafka.schema_registry.clone(),
+                readings_topic: args.output_topic.clone(),
+                windows_topic: args.windows_topic.clone(),
+                delivery: match args.delivery {
+                    Delivery::ExactlyOnce => DeliveryGuarantee::ExactlyOnce,
+                    Delivery::AtLeastOnce => DeliveryGuarantee::AtLeastOnce,
+                    Delivery::None => DeliveryGuarantee::None,
+                },
+                transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
+            }),
         },
     };
     let mut env = StreamEnv::with_config(config);

@@ -17,20 +17,8 @@ use caudal::{Error, Result, Source, SourceContext, SourceReader};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// A raw reading, as a temperature sensor reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SensorReading {
-    /// The sensor.
-    pub sensor_id: u64,
-    /// Event time, ms since the epoch.
-    pub ts: i64,
-    /// Latitude in degrees.
-    pub lat: f64,
-    /// Longitude in degrees.
-    pub lon: f64,
-    /// Temperature in °F.
-    pub temp_f: f64,
-}
+/// A raw reading, as a temperature sensor reports it (the Avro record of `schemas/`).
+pub use caudal_schemas::SensorReading;
 
 /// 2026-01-01T00:00:00Z: event time of the first reading of a bounded run.
 pub const DEFAULT_BOUNDED_START_MS: i64 = 1_767_225_600_000;

@@ -55,7 +55,7 @@ pub fn reading(seed: u64, sensor: u64, round: u64, ts: i64, faulty_fraction: f64
         let c = climate_c(lat, lon, ts) + noise;
         c * 9.0 / 5.0 + 32.0
     };
-    SensorReading { sensor_id: sensor, ts, lat, lon, temp_f }
+    SensorReading { sensor_id: sensor as i64, ts, lat, lon, temp_f }
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ impl SourceReader<SensorReading> for GeneratorReader {
         }
     }
 
-    fn position(&self) -> Result<Vec<u8>> {
+    fn position(&mut self) -> Result<Vec<u8>> {
         let p = GeneratorPosition {
             start_ms: self.generator.start_ms(),
             splits: self.splits.iter().map(|s| (s.split, s.next)).collect(),

@@ -1,0 +1,181 @@
+//! The Kafka sink: records in, Kafka records out — exactly once through a transaction per
+//! checkpoint epoch (DESIGN.md §5), or at-least-once, or fire-and-forget.
+//!
+//! Exactly-once: records of epoch `n` go into a transaction; at the barrier of checkpoint
+//! `n` it is flushed and its `(transactional id, producer id, epoch)` stored in the
+//! snapshot; when `n` completes it is committed. A restore from `n` commits what `n`
+//! recorded as pending (the crash may have hit between "complete" and "committed") and
+//! aborts anything newer, before the first record is written. Readers use
+//! `isolation.level=read_committed`.
+
+mod config;
+mod producer;
+mod recovery;
+mod serialize;
+mod transactions;
+
+pub use config::{DeliveryGuarantee, KafkaSinkConfig, RESTART_ALLOWANCE};
+pub use serialize::{AvroSerializer, JsonSerializer, KafkaSerializer, KeyFn};
+pub use transactions::{RecordedTxn, SinkSnapshot};
+
+use crate::kafka::txn_coordinator::TxnCoordinatorClient;
+use caudal::{Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
+use producer::SinkProducer;
+use recovery::Recovery;
+use transactions::Transactions;
+
+enum Mode {
+    /// Before `on_start`.
+    Idle,
+    Transactional(Box<Transactions>),
+    Plain(SinkProducer),
+}
+
+/// Writes a stream into a Kafka topic.
+pub struct KafkaSink<T> {
+    config: KafkaSinkConfig,
+    serializer: Box<dyn KafkaSerializer<T>>,
+    mode: Mode,
+    restored: Vec<SinkSnapshot>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl<T> std::fmt::Debug for KafkaSink<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KafkaSink({} {:?})", self.config.topic, self.config.delivery)
+    }
+}
+
+impl<T: Data> KafkaSink<T> {
+    /// A sink configured by `config`, encoding records with `serializer`.
+    pub fn new(config: KafkaSinkConfig, serializer: impl KafkaSerializer<T>) -> Self {
+        KafkaSink {
+            config,
+            serializer: Box::new(serializer),
+            mode: Mode::Idle,
+            restored: Vec::new(),
+            key: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+
+    fn prefix(&self, ctx: &OperatorContext) -> String {
+        self.config
+            .transactional_id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", ctx.job_name, ctx.operator_uid))
+    }
+}
+
+impl<T: Data> Sink for KafkaSink<T> {
+    type In = T;
+
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, _ctx: &mut OperatorContext) -> Result<()> {
+        self.restored = snapshots
+            .iter()
+            .map(|blob| {
+                serde_json::from_slice(blob).map_err(|e| {
+                    Error::Operator(format!(
+                        "kafka sink into `{}`: the checkpointed transaction list is corrupt: {e}",
+                        self.config.topic
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.config.check_timeout(ctx.checkpoint_timing)?;
+        self.serializer.open(&self.config.topic)?;
+        self.mode = match self.config.delivery {
+            DeliveryGuarantee::ExactlyOnce => {
+                let coordinator =
+                    TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout);
+                let prefix = self.prefix(ctx);
+                Recovery {
+                    coordinator: &coordinator,
+                    prefix: &prefix,
+                    subtask: ctx.subtask,
+                    parallelism: ctx.parallelism,
+                    topic: &self.config.topic,
+                }
+                .run(&self.restored, ctx.restored_checkpoint.map(|c| c.0))?;
+                self.restored.clear();
+                Mode::Transactional(Box::new(Transactions::new(
+                    self.config.clone(),
+                    coordinator,
+                    prefix,
+                    ctx.subtask,
+                )))
+            }
+            DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => {
+                Mode::Plain(SinkProducer::create(&self.config, None)?)
+            }
+        };
+        Ok(())
+    }
+
+    fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
+        for record in &batch {
+            self.key.clear();
+            self.value.clear();
+            let keyed = self.serializer.serialize(&record.value, &mut self.key, &mut self.value)?;
+            let key = keyed.then_some(self.key.as_slice());
+            match &mut self.mode {
+                Mode::Transactional(txns) => txns.send(key, &self.value, record.ts)?,
+                Mode::Plain(producer) => producer.send(key, &self.value, record.ts)?,
+                Mode::Idle => return Err(Error::Operator("kafka sink written before on_start".into())),
+            }
+        }
+        match &self.mode {
+            Mode::Transactional(txns) => txns.poll(),
+            Mode::Plain(producer) => {
+                producer.poll();
+                producer.check_deliveries()?;
+            }
+            Mode::Idle => {}
+        }
+        Ok(())
+    }
+
+    fn pre_commit(
+        &mut self,
+        checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        match &mut self.mode {
+            Mode::Transactional(txns) => {
+                let snapshot = txns.pre_commit(checkpoint)?;
+                serde_json::to_vec(&snapshot)
+                    .map(Some)
+                    .map_err(|e| Error::Operator(format!("kafka sink: encoding its snapshot: {e}")))
+            }
+            Mode::Plain(producer) if self.config.delivery == DeliveryGuarantee::AtLeastOnce => {
+                producer.flush()?;
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
+        match &mut self.mode {
+            Mode::Transactional(txns) => txns.commit_up_to(checkpoint),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        match &mut self.mode {
+            Mode::Transactional(txns) if ctx.checkpointing => {
+                txns.abort_open();
+                Ok(())
+            }
+            Mode::Transactional(txns) => txns.commit_open(),
+            Mode::Plain(producer) => producer.flush(),
+            Mode::Idle => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! One librdkafka producer and what it delivered: the building block of the sink.
+
+use super::config::KafkaSinkConfig;
+use caudal::{Error, Result};
+use parking_lot::Mutex;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Message};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Delivery reports of one producer: the first failure is kept for the error message.
+#[derive(Debug, Default)]
+pub(crate) struct DeliveryWatch {
+    pub(crate) delivered: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+/// librdkafka calls back here for every delivered or failed record.
+pub(crate) struct WatchingContext(Arc<DeliveryWatch>);
+
+impl ClientContext for WatchingContext {}
+
+impl ProducerContext for WatchingContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.0.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, msg)) => {
+                self.0.failed.fetch_add(1, Ordering::Relaxed);
+                let mut first = self.0.first_error.lock();
+                if first.is_none() {
+                    *first = Some(format!("{e} (topic {}, partition {})", msg.topic(), msg.partition()));
+                }
+            }
+        }
+    }
+}
+
+/// A producer plus its delivery reports.
+pub(crate) struct SinkProducer {
+    pub(crate) producer: BaseProducer<WatchingContext>,
+    pub(crate) watch: Arc<DeliveryWatch>,
+    topic: String,
+    timeout: Duration,
+}
+
+impl SinkProducer {
+    /// A producer for `config`, transactional when `transactional_id` is given, idempotent
+    /// unless delivery is `none`.
+    pub(crate) fn create(config: &KafkaSinkConfig, transactional_id: Option<&str>) -> Result<Self> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("acks", "all")
+            .set("compression.type", "lz4")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", config.request_timeout.as_millis().to_string());
+        if config.delivery != super::DeliveryGuarantee::None {
+            client.set("enable.idempotence", "true");
+        }
+        if let Some(id) = transactional_id {
+            client
+                .set("transactional.id", id)
+                .set("transaction.timeout.ms", config.transaction_timeout.as_millis().to_string());
+        }
+        for (k, v) in &config.properties {
+            client.set(k, v);
+        }
+        let watch = Arc::new(DeliveryWatch::default());
+        let producer =
+            client.create_with_context(WatchingContext(watch.clone())).map_err(|e| Error::Config {
+                setting: "kafka producer".into(),
+                message: format!("{e} (sink into `{}`)", config.topic),
+            })?;
+        Ok(SinkProducer { producer, watch, topic: config.topic.clone(), timeout: config.request_timeout })
+    }
+
+    /// Queues one record, waiting while librdkafka's queue is full (backpressure).
+    pub(crate) fn send(&self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
+        let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if timestamp > 0 {
+            record = record.timestamp(timestamp);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => {
+                    return Err(Error::Operator(format!("kafka sink: producing into `{}`: {e}", self.topic)))
+                }
+            }
+        }
+    }
+
+    /// Serves delivery reports without waiting.
+    pub(crate) fn poll(&self) {
+        self.producer.poll(Duration::ZERO);
+    }
+
+    /// Waits until every queued record is acknowledged; fails if any was not.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.producer
+            .flush(self.timeout)
+            .map_err(|e| Error::Operator(format!("kafka sink: flushing into `{}`: {e}", self.topic)))?;
+        self.check_deliveries()
+    }
+
+    /// The first delivery failure, as an error.
+    pub(crate) fn check_deliveries(&self) -> Result<()> {
+        if self.watch.failed.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let first = self.watch.first_error.lock().clone().unwrap_or_default();
+        Err(Error::Operator(format!(
+            "kafka sink: {} record(s) into `{}` were not delivered; first: {first}",
+            self.watch.failed.load(Ordering::Relaxed),
+            self.topic
+        )))
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}

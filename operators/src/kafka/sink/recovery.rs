@@ -1,0 +1,101 @@
+//! Before a restored sink writes anything: commit the transactions its checkpoint recorded
+//! as pending, then abort whatever else its transactional ids left open.
+//!
+//! librdkafka cannot resume a transaction begun by another process, so both go straight to
+//! the transaction coordinator (`EndTxn` with the recorded producer id and epoch). Committing
+//! an already committed transaction again is harmless; a transaction that can no longer be
+//! committed (fenced, aborted, timed out) means its records are lost, and the job fails
+//! saying so rather than continue with a hole in its output.
+
+use super::transactions::{RecordedTxn, SinkSnapshot};
+use crate::kafka::txn_coordinator::{TxnCoordinatorClient, TxnCoordinatorError};
+use caudal::{Error, Result};
+use std::collections::HashSet;
+
+/// Transactional ids probed per old subtask at most (the pool stays far smaller).
+const MAX_PROBED_IDS: u32 = 64;
+
+/// What one sink subtask recovers: the old subtasks whose transactions it takes over.
+#[derive(Debug)]
+pub(crate) struct Recovery<'a> {
+    pub(crate) coordinator: &'a TxnCoordinatorClient,
+    /// `<prefix>` of the sink's transactional ids (`<prefix>-<subtask>-<index>`).
+    pub(crate) prefix: &'a str,
+    pub(crate) subtask: u32,
+    pub(crate) parallelism: u32,
+    pub(crate) topic: &'a str,
+}
+
+impl Recovery<'_> {
+    /// Commits the pending transactions of `snapshots` (every old subtask's) that this
+    /// subtask takes over, then aborts open transactions of those subtasks' ids.
+    /// `restored` is the checkpoint restored from; `None` on a fresh start (only aborts).
+    pub(crate) fn run(&self, snapshots: &[SinkSnapshot], restored: Option<u64>) -> Result<()> {
+        let old_parallelism = u32::try_from(snapshots.len()).unwrap_or(u32::MAX);
+        let mut mine: Vec<u32> =
+            (0..old_parallelism).filter(|j| j % self.parallelism.max(1) == self.subtask).collect();
+        if !mine.contains(&self.subtask) {
+            mine.push(self.subtask);
+        }
+        let mut committed = HashSet::new();
+        for snapshot in snapshots.iter().filter(|s| mine.contains(&s.subtask)) {
+            for txn in &snapshot.pending {
+                if restored.is_some_and(|r| txn.checkpoint <= r) {
+                    self.recommit(txn)?;
+                    committed.insert(txn.transactional_id.clone());
+                }
+            }
+        }
+        for old in mine {
+            self.abort_lingering(old, &committed)?;
+        }
+        Ok(())
+    }
+
+    fn recommit(&self, txn: &RecordedTxn) -> Result<()> {
+        match self.coordinator.end_txn(&txn.transactional_id, txn.producer_id, txn.producer_epoch, true) {
+            Ok(()) => Ok(()),
+            Err(e @ TxnCoordinatorError::Unreachable { .. }) => {
+                Err(Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))
+            }
+            Err(e) => {
+                let now = self
+                    .coordinator
+                    .describe(&txn.transactional_id)
+                    .ok()
+                    .flatten()
+                    .map(|d| format!("{} (producer {} epoch {})", d.state, d.producer_id, d.producer_epoch))
+                    .unwrap_or_else(|| "unknown".into());
+                Err(Error::Operator(format!(
+                    "kafka sink into `{}`: the transaction of checkpoint {} (`{}`, producer {} epoch {}) \
+                     can no longer be committed — its records are LOST ({e}; the coordinator now holds \
+                     {now}). Was transaction.timeout.ms shorter than the time the job was down, or did \
+                     another job use the same transactional ids?",
+                    self.topic, txn.checkpoint, txn.transactional_id, txn.producer_id, txn.producer_epoch
+                )))
+            }
+        }
+    }
+
+    fn abort_lingering(&self, old_subtask: u32, committed: &HashSet<String>) -> Result<()> {
+        for index in 0..MAX_PROBED_IDS {
+            let id = transactional_id(self.prefix, old_subtask, index);
+            let described = self
+                .coordinator
+                .describe(&id)
+                .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
+            let Some(state) = described else { break };
+            if state.is_open() && !committed.contains(&id) {
+                self.coordinator.end_txn(&id, state.producer_id, state.producer_epoch, false).map_err(
+                    |e| Error::Operator(format!("kafka sink into `{}`: aborting `{id}`: {e}", self.topic)),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `<prefix>-<subtask>-<index>`.
+pub(crate) fn transactional_id(prefix: &str, subtask: u32, index: u32) -> String {
+    format!("{prefix}-{subtask}-{index}")
+}

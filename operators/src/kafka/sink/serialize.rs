@@ -1,0 +1,84 @@
+//! Turning a record into a Kafka key and value.
+
+use caudal::{Error, Result};
+use caudal_schemas::{AvroRecord, RegistryClient, Serializer};
+use std::sync::Arc;
+
+/// Encodes records of type `T` for a Kafka topic.
+pub trait KafkaSerializer<T>: Send + 'static {
+    /// Called once when the sink starts, before the first record (register schemas here).
+    fn open(&mut self, _topic: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// Writes the key (if the record has one: returns `true`) and the value.
+    fn serialize(&mut self, record: &T, key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool>;
+}
+
+/// The key of a record as UTF-8 text (e.g. the sensor id), readable in any console tool.
+pub type KeyFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
+
+/// Avro in the Confluent wire format, the schema registered under `<topic>-value`.
+pub struct AvroSerializer<T> {
+    registry_url: String,
+    key: Option<KeyFn<T>>,
+    serializer: Option<Serializer<T>>,
+}
+
+impl<T> std::fmt::Debug for AvroSerializer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AvroSerializer({})", self.registry_url)
+    }
+}
+
+impl<T: AvroRecord> AvroSerializer<T> {
+    /// Registers `T`'s schema with the registry at `registry_url` when the sink starts.
+    pub fn new(registry_url: impl Into<String>) -> Self {
+        AvroSerializer { registry_url: registry_url.into(), key: None, serializer: None }
+    }
+
+    /// Keys every record with `key(record)` as UTF-8.
+    pub fn keyed(mut self, key: impl Fn(&T) -> String + Send + Sync + 'static) -> Self {
+        self.key = Some(Arc::new(key));
+        self
+    }
+}
+
+impl<T: AvroRecord> KafkaSerializer<T> for AvroSerializer<T> {
+    fn open(&mut self, topic: &str) -> Result<()> {
+        let client = RegistryClient::new(&self.registry_url)
+            .map_err(|e| Error::Config { setting: "schema-registry".into(), message: e.to_string() })?;
+        let serializer = Serializer::<T>::for_topic(&client, topic).map_err(|e| {
+            Error::Operator(format!("registering the schema of `{topic}` with {}: {e}", self.registry_url))
+        })?;
+        self.serializer = Some(serializer);
+        Ok(())
+    }
+
+    fn serialize(&mut self, record: &T, key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool> {
+        let serializer = self
+            .serializer
+            .as_ref()
+            .ok_or_else(|| Error::Operator("Avro serializer used before open()".into()))?;
+        serializer.serialize(record, value);
+        Ok(match &self.key {
+            Some(f) => {
+                key.extend_from_slice(f(record).as_bytes());
+                true
+            }
+            None => false,
+        })
+    }
+}
+
+/// JSON values (no key): for topics read by people and scripts.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JsonSerializer;
+
+impl<T: serde::Serialize> KafkaSerializer<T> for JsonSerializer {
+    fn serialize(&mut self, record: &T, _key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool> {
+        serde_json::to_writer(value, record)
+            .map_err(|e| Error::Operator(format!("serializing a record to JSON: {e}")))?;
+        Ok(false)
+    }
+}

@@ -1,0 +1,267 @@
+//! The transactions of one exactly-once sink subtask: one per checkpoint epoch, from a
+//! small pool of transactional ids.
+//!
+//! ```text
+//!   open ──barrier n──► pending(n) ──checkpoint n complete──► committed ──later checkpoint──► free
+//!    ▲                    (listed in snapshot n)                (still listed in n)              │
+//!    └─────────────────────────────── begin next epoch ◄──────────────────────────────────────────┘
+//! ```
+//!
+//! A transactional id is reused only when no completed checkpoint lists its last
+//! transaction: a restore then finds every listed transaction under the same
+//! `(producer id, epoch)` it was recorded with, and committing it again cannot commit a
+//! newer transaction of the same id by mistake.
+
+use super::config::KafkaSinkConfig;
+use super::producer::SinkProducer;
+use crate::kafka::txn_coordinator::TxnCoordinatorClient;
+use caudal::{crash, CheckpointId, Error, Result};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer;
+use serde::{Deserialize, Serialize};
+
+/// A transaction recorded in a checkpoint: enough to commit it from another process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedTxn {
+    /// The checkpoint whose barrier closed the transaction.
+    pub checkpoint: u64,
+    /// `<prefix>-<subtask>-<index>`.
+    pub transactional_id: String,
+    /// The producer id the coordinator assigned.
+    pub producer_id: i64,
+    /// The producer epoch of the transaction.
+    pub producer_epoch: i16,
+}
+
+/// What a sink subtask puts in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SinkSnapshot {
+    /// The subtask that took it.
+    pub subtask: u32,
+    /// Transactions pre-committed and not known to be committed at the barrier.
+    pub pending: Vec<RecordedTxn>,
+}
+
+/// One transactional producer of the pool.
+pub(crate) struct TxnProducer {
+    pub(crate) transactional_id: String,
+    index: u32,
+    producer: SinkProducer,
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Records written in the open transaction.
+    pub(crate) records: u64,
+}
+
+struct Pending {
+    checkpoint: u64,
+    /// The last checkpoint whose snapshot listed this transaction.
+    listed_until: u64,
+    txn: TxnProducer,
+}
+
+/// The pool and the life cycle of one subtask's transactions.
+pub(crate) struct Transactions {
+    config: KafkaSinkConfig,
+    coordinator: TxnCoordinatorClient,
+    /// The sink's transactional id prefix.
+    id_prefix: String,
+    subtask: u32,
+    open: Option<TxnProducer>,
+    pending: Vec<Pending>,
+    committed: Vec<Pending>,
+    free: Vec<TxnProducer>,
+    next_index: u32,
+}
+
+impl Transactions {
+    pub(crate) fn new(
+        config: KafkaSinkConfig,
+        coordinator: TxnCoordinatorClient,
+        id_prefix: String,
+        subtask: u32,
+    ) -> Self {
+        Transactions {
+            config,
+            coordinator,
+            id_prefix,
+            subtask,
+            open: None,
+            pending: Vec::new(),
+            committed: Vec::new(),
+            free: Vec::new(),
+            next_index: 0,
+        }
+    }
+
+    /// The producer of the open transaction, beginning one if none is open.
+    pub(crate) fn open(&mut self) -> Result<&mut TxnProducer> {
+        if self.open.is_none() {
+            let txn = match self.free.pop() {
+                Some(txn) => txn,
+                None => self.create_producer()?,
+            };
+            txn.producer
+                .producer
+                .begin_transaction()
+                .map_err(|e| self.fatal("beginning a transaction", &txn, e))?;
+            self.open = Some(txn);
+        }
+        self.open.as_mut().ok_or_else(|| Error::Operator("kafka sink: no open transaction".into()))
+    }
+
+    /// Serves delivery reports of the open transaction.
+    pub(crate) fn poll(&self) {
+        if let Some(txn) = &self.open {
+            txn.producer.poll();
+        }
+    }
+
+    pub(crate) fn send(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
+        let txn = self.open()?;
+        txn.producer.send(key, value, timestamp)?;
+        txn.records += 1;
+        Ok(())
+    }
+
+    /// Barrier `checkpoint`: flush the open transaction and move it to pending; return the
+    /// snapshot listing every pending transaction.
+    pub(crate) fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<SinkSnapshot> {
+        if let Some(txn) = self.open.take() {
+            if txn.records == 0 {
+                // An empty transaction stays open for the next epoch: there is nothing to
+                // commit, and the coordinator knows no transaction to commit later.
+                self.open = Some(txn);
+            } else {
+                txn.producer.flush()?;
+                self.pending.push(Pending { checkpoint: checkpoint.0, listed_until: checkpoint.0, txn });
+            }
+        }
+        for p in &mut self.pending {
+            p.listed_until = checkpoint.0;
+        }
+        Ok(SinkSnapshot {
+            subtask: self.subtask,
+            pending: self
+                .pending
+                .iter()
+                .map(|p| RecordedTxn {
+                    checkpoint: p.checkpoint,
+                    transactional_id: p.txn.transactional_id.clone(),
+                    producer_id: p.txn.producer_id,
+                    producer_epoch: p.txn.producer_epoch,
+                })
+                .collect(),
+        })
+    }
+
+    /// Checkpoint `checkpoint` is complete: commit every pending transaction up to it and
+    /// free the ids no completed checkpoint lists any more.
+    pub(crate) fn commit_up_to(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let (due, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| p.checkpoint <= checkpoint.0);
+        self.pending = rest;
+        let (free, still_listed): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.committed).into_iter().partition(|p| p.listed_until < checkpoint.0);
+        self.committed = still_listed;
+        self.free.extend(free.into_iter().map(|p| p.txn));
+        for (i, p) in due.into_iter().enumerate() {
+            let txn = &p.txn;
+            txn.producer
+                .producer
+                .commit_transaction(txn.producer.timeout())
+                .map_err(|e| self.fatal("committing", txn, e))?;
+            if i == 0 {
+                crash::point(crash::DURING_SINK_COMMIT, checkpoint);
+            }
+            let mut p = p;
+            p.txn.records = 0;
+            self.committed.push(p);
+        }
+        Ok(())
+    }
+
+    /// Without checkpoints (or at the end of a run that takes none): commit what is open.
+    pub(crate) fn commit_open(&mut self) -> Result<()> {
+        if let Some(txn) = self.open.take() {
+            if txn.records > 0 {
+                txn.producer
+                    .producer
+                    .commit_transaction(txn.producer.timeout())
+                    .map_err(|e| self.fatal("committing", &txn, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// On close with checkpoints: what is still open belongs to no checkpoint; abort it so
+    /// readers do not wait for it (pending transactions stay for a restore to commit).
+    pub(crate) fn abort_open(&mut self) {
+        if let Some(txn) = self.open.take() {
+            if txn.records > 0 {
+                let _ = txn.producer.producer.abort_transaction(txn.producer.timeout());
+            }
+        }
+    }
+
+    fn create_producer(&mut self) -> Result<TxnProducer> {
+        let index = self.next_index;
+        self.next_index += 1;
+        if index >= 16 {
+            tracing_warn(&format!(
+                "kafka sink `{}`: {} transactional ids in use: checkpoints are failing or not completing",
+                self.id_prefix,
+                index + 1
+            ));
+        }
+        let transactional_id = super::recovery::transactional_id(&self.id_prefix, self.subtask, index);
+        let producer = SinkProducer::create(&self.config, Some(&transactional_id))?;
+        // Fences any older producer of this id and aborts what it left open.
+        producer.producer.init_transactions(self.config.request_timeout).map_err(|e| {
+            match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::InvalidTransactionTimeout) => Error::Config {
+                    setting: "transaction.timeout.ms".into(),
+                    message: format!(
+                        "the broker refuses transaction.timeout.ms = {} ms of the Kafka sink into `{}`: \
+                         it exceeds the broker's transaction.max.timeout.ms; lower the sink's \
+                         transaction timeout or raise transaction.max.timeout.ms on the brokers",
+                        self.config.transaction_timeout.as_millis(),
+                        self.config.topic
+                    ),
+                },
+                _ => Error::Operator(format!(
+                    "kafka sink into `{}`: init_transactions of `{transactional_id}`: {e}",
+                    self.config.topic
+                )),
+            }
+        })?;
+        let described = self
+            .coordinator
+            .describe(&transactional_id)
+            .map_err(|e| Error::Operator(format!("kafka sink: {e}")))?
+            .ok_or_else(|| {
+                Error::Operator(format!(
+                    "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
+                ))
+            })?;
+        Ok(TxnProducer {
+            transactional_id,
+            index,
+            producer,
+            producer_id: described.producer_id,
+            producer_epoch: described.producer_epoch,
+            records: 0,
+        })
+    }
+
+    fn fatal(&self, what: &str, txn: &TxnProducer, e: KafkaError) -> Error {
+        Error::Operator(format!(
+            "kafka sink into `{}`: {what} transaction `{}` (index {}, producer {} epoch {}): {e}",
+            self.config.topic, txn.transactional_id, txn.index, txn.producer_id, txn.producer_epoch
+        ))
+    }
+}
+
+fn tracing_warn(message: &str) {
+    eprintln!("caudal: warning: {message}");
+}

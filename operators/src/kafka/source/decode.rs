@@ -1,0 +1,75 @@
+//! Turning Kafka record bytes into typed records, without ever panicking on data.
+
+use caudal_schemas::{AvroRecord, Deserializer, RegistryClient};
+use std::sync::Arc;
+
+/// Why a record could not be decoded.
+#[derive(Debug)]
+pub enum DecodeError {
+    /// The record is bad (not the format, unknown schema, truncated): the source counts
+    /// it, dead-letters it and goes on.
+    BadData(String),
+    /// Decoding cannot work right now (the registry is unreachable): the source fails and
+    /// the job restarts from its checkpoint, losing nothing.
+    Unavailable(String),
+}
+
+/// Decodes the value (and key) of a Kafka record into a `T`.
+pub trait KafkaDecoder<T>: Send {
+    /// Decode one record.
+    fn decode(&mut self, key: Option<&[u8]>, value: &[u8]) -> Result<T, DecodeError>;
+}
+
+/// Creates one decoder per source subtask.
+pub type DecoderFactory<T> = Arc<dyn Fn() -> caudal::Result<Box<dyn KafkaDecoder<T>>> + Send + Sync>;
+
+/// Confluent-framed Avro: the writer schema is resolved by id through the registry and
+/// read into `T`'s schema (added fields take their defaults, removed ones are skipped).
+pub struct AvroDecoder<T> {
+    deserializer: Deserializer<T>,
+}
+
+impl<T> std::fmt::Debug for AvroDecoder<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AvroDecoder")
+    }
+}
+
+impl<T: AvroRecord> AvroDecoder<T> {
+    /// A decoder resolving schema ids with the registry at `registry_url`.
+    pub fn new(registry_url: &str) -> caudal::Result<Self> {
+        let client = RegistryClient::new(registry_url).map_err(|e| caudal::Error::Config {
+            setting: "schema-registry".into(),
+            message: e.to_string(),
+        })?;
+        Ok(AvroDecoder { deserializer: Deserializer::new(Arc::new(client)) })
+    }
+
+    /// A factory for [`super::KafkaSource`].
+    pub fn factory(registry_url: &str) -> DecoderFactory<T> {
+        let url = registry_url.to_owned();
+        Arc::new(move || Ok(Box::new(AvroDecoder::<T>::new(&url)?) as Box<dyn KafkaDecoder<T>>))
+    }
+}
+
+impl<T: AvroRecord> KafkaDecoder<T> for AvroDecoder<T> {
+    fn decode(&mut self, _key: Option<&[u8]>, value: &[u8]) -> Result<T, DecodeError> {
+        self.deserializer.deserialize(value).map_err(|e| {
+            if e.is_bad_data() {
+                DecodeError::BadData(e.to_string())
+            } else {
+                DecodeError::Unavailable(e.to_string())
+            }
+        })
+    }
+}
+
+/// JSON values.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JsonDecoder;
+
+impl<T: serde::de::DeserializeOwned> KafkaDecoder<T> for JsonDecoder {
+    fn decode(&mut self, _key: Option<&[u8]>, value: &[u8]) -> Result<T, DecodeError> {
+        serde_json::from_slice(value).map_err(|e| DecodeError::BadData(format!("not the expected JSON: {e}")))
+    }
+}

@@ -1,0 +1,378 @@
+//! One source subtask: its partitions, their offsets, decoding and dead letters.
+
+use super::dead_letter::{DeadLetters, Origin};
+use super::decode::{DecodeError, KafkaDecoder};
+use super::{KafkaSourceConfig, StartFrom};
+use caudal::types::MIN_WATERMARK;
+use caudal::{CheckpointId, Error, Result, SourceContext, SourceOutput, SourcePoll, SourceReader};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a source subtask puts in a checkpoint: the next offset of each of its partitions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Positions {
+    topic: String,
+    offsets: BTreeMap<i32, i64>,
+}
+
+/// Per-partition state and gauges.
+struct PartitionState {
+    partition: i32,
+    /// The next offset to read (`None`: not read yet; the consumer starts per `StartFrom`).
+    next: Option<i64>,
+    /// Bounded: stop before this offset.
+    end: Option<i64>,
+    finished: bool,
+    end_offset: Arc<AtomicI64>,
+    checkpointed: Arc<AtomicI64>,
+    lag: Arc<AtomicI64>,
+}
+
+/// Reads the partitions of one subtask.
+pub struct KafkaSourceReader<T> {
+    consumer: BaseConsumer,
+    topic: String,
+    bounded: bool,
+    partitions: Vec<PartitionState>,
+    decoder: Box<dyn KafkaDecoder<T>>,
+    dead_letters: Option<DeadLetters>,
+    bad_records: Arc<AtomicU64>,
+    last_positions: Option<Positions>,
+    lag_interval: Duration,
+    next_lag_update: Instant,
+}
+
+impl<T> std::fmt::Debug for KafkaSourceReader<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KafkaSourceReader({} {:?})",
+            self.topic,
+            self.partitions.iter().map(|p| p.partition).collect::<Vec<_>>()
+        )
+    }
+}
+
+fn kafka_error<'a>(topic: &'a str, what: &str) -> impl Fn(KafkaError) -> Error + 'a {
+    let what = what.to_owned();
+    move |e| Error::Operator(format!("kafka source `{topic}`: {what}: {e}"))
+}
+
+impl<T> KafkaSourceReader<T> {
+    /// Connects, finds this subtask's partitions and where each starts.
+    pub fn open(
+        config: &KafkaSourceConfig,
+        decoder: Box<dyn KafkaDecoder<T>>,
+        ctx: &SourceContext,
+        restored: &[Vec<u8>],
+    ) -> Result<Self> {
+        let topic = config.topic.as_str();
+        let group = config
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("caudal-{}-{}", ctx.job_name, ctx.operator_name));
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .set(
+                "auto.offset.reset",
+                match config.start_from {
+                    StartFrom::Earliest => "earliest",
+                    StartFrom::Latest => "latest",
+                },
+            );
+        for (k, v) in &config.properties {
+            client.set(k, v);
+        }
+        let consumer: BaseConsumer = client
+            .create()
+            .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })?;
+
+        let metadata = consumer
+            .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+            .map_err(kafka_error(topic, &format!("reading metadata from {}", config.brokers)))?;
+        let all: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if all.is_empty() {
+            return Err(Error::Config {
+                setting: "input-topic".into(),
+                message: format!("topic `{topic}` does not exist on {} (create it first)", config.brokers),
+            });
+        }
+        let mut mine: Vec<i32> = all
+            .into_iter()
+            .filter(|p| u32::try_from(*p).is_ok_and(|p| p % ctx.parallelism.max(1) == ctx.subtask))
+            .collect();
+        mine.sort_unstable();
+
+        let mut restored_offsets = BTreeMap::new();
+        for blob in restored {
+            let positions: Positions = serde_json::from_slice(blob).map_err(|e| {
+                Error::Operator(format!("kafka source `{topic}`: the checkpointed offsets are corrupt: {e}"))
+            })?;
+            if positions.topic == topic {
+                restored_offsets.extend(positions.offsets);
+            }
+        }
+        let committed = if mine.iter().any(|p| !restored_offsets.contains_key(p)) && restored.is_empty() {
+            let mut tpl = TopicPartitionList::new();
+            for p in &mine {
+                tpl.add_partition(topic, *p);
+            }
+            consumer
+                .committed_offsets(tpl, METADATA_TIMEOUT)
+                .map_err(kafka_error(topic, "reading the group's committed offsets"))?
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect::<BTreeMap<_, _>>()
+        } else {
+            BTreeMap::new()
+        };
+
+        let mut partitions = Vec::with_capacity(mine.len());
+        let mut assignment = TopicPartitionList::new();
+        for p in mine {
+            let next = restored_offsets.get(&p).or_else(|| committed.get(&p)).copied();
+            let end = if config.bounded {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                    .map_err(kafka_error(topic, &format!("reading the end offset of partition {p}")))?;
+                Some(high)
+            } else {
+                None
+            };
+            let offset = match (next, config.start_from) {
+                (Some(o), _) => Offset::Offset(o),
+                (None, StartFrom::Earliest) => Offset::Beginning,
+                (None, StartFrom::Latest) => Offset::End,
+            };
+            assignment
+                .add_partition_offset(topic, p, offset)
+                .map_err(kafka_error(topic, "assigning partitions"))?;
+            let gauge = |what: &str| ctx.metrics.gauge(format!("kafka.{topic}.{p}.{what}"));
+            let state = PartitionState {
+                partition: p,
+                next,
+                end,
+                finished: false,
+                end_offset: gauge("end_offset"),
+                checkpointed: gauge("checkpointed_offset"),
+                lag: gauge("lag"),
+            };
+            if let Some(o) = next {
+                state.checkpointed.store(o, Ordering::Relaxed);
+            }
+            partitions.push(state);
+        }
+        consumer.assign(&assignment).map_err(kafka_error(topic, "assigning partitions"))?;
+
+        let dead_letters = match &config.dead_letter_topic {
+            Some(dlq) => Some(DeadLetters::new(&config.brokers, dlq)?),
+            None => None,
+        };
+        let mut reader = KafkaSourceReader {
+            consumer,
+            topic: topic.to_owned(),
+            bounded: config.bounded,
+            partitions,
+            decoder,
+            dead_letters,
+            bad_records: ctx.metrics.counter("bad_records"),
+            last_positions: None,
+            lag_interval: config.lag_interval,
+            next_lag_update: Instant::now(),
+        };
+        for i in 0..reader.partitions.len() {
+            let done = matches!((reader.partitions[i].next, reader.partitions[i].end), (Some(n), Some(e)) if n >= e)
+                || reader.partitions[i].end == Some(0);
+            if done {
+                reader.finish(i)?;
+            }
+        }
+        Ok(reader)
+    }
+
+    fn finish(&mut self, i: usize) -> Result<()> {
+        let p = &mut self.partitions[i];
+        if !p.finished {
+            p.finished = true;
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&self.topic, p.partition);
+            self.consumer.pause(&tpl).map_err(kafka_error(&self.topic, "pausing a finished partition"))?;
+        }
+        Ok(())
+    }
+
+    fn split_of(&self, partition: i32) -> Option<usize> {
+        self.partitions.iter().position(|p| p.partition == partition)
+    }
+
+    fn update_lag(&mut self) {
+        let now = Instant::now();
+        if now < self.next_lag_update {
+            return;
+        }
+        self.next_lag_update = now + self.lag_interval;
+        for p in &self.partitions {
+            if let Ok((_, high)) =
+                self.consumer.fetch_watermarks(&self.topic, p.partition, Duration::from_millis(500))
+            {
+                p.end_offset.store(high, Ordering::Relaxed);
+                let done = p.checkpointed.load(Ordering::Relaxed).max(0);
+                p.lag.store((high - done).max(0), Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn positions(&self) -> Positions {
+        Positions {
+            topic: self.topic.clone(),
+            offsets: self.partitions.iter().filter_map(|p| p.next.map(|n| (p.partition, n))).collect(),
+        }
+    }
+}
+
+impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
+    fn splits(&self) -> usize {
+        self.partitions.len()
+    }
+
+    fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourcePoll> {
+        for (i, p) in self.partitions.iter().enumerate() {
+            if p.finished {
+                out.finish_split(i);
+            }
+        }
+        if self.bounded && self.partitions.iter().all(|p| p.finished) {
+            return Ok(SourcePoll::Finished);
+        }
+        self.update_lag();
+        let mut read = 0usize;
+        while out.capacity_left() > 0 {
+            let event = match self.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(event) => event,
+            };
+            let msg = match event {
+                Ok(msg) => msg,
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    if self.bounded {
+                        if let Some(i) = self.split_of(partition) {
+                            self.finish(i)?;
+                            out.finish_split(i);
+                        }
+                    }
+                    continue;
+                }
+                Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
+                    return Err(kafka_error(&self.topic, "consuming")(e));
+                }
+                Err(e) => {
+                    // Transient (broker down, leader moving): librdkafka retries by itself.
+                    eprintln!("caudal: kafka source `{}`: {e}", self.topic);
+                    continue;
+                }
+            };
+            let partition = msg.partition();
+            let offset = msg.offset();
+            let Some(i) = self.split_of(partition) else { continue };
+            let state = &self.partitions[i];
+            if state.finished || state.end.is_some_and(|end| offset >= end) {
+                self.finish(i)?;
+                out.finish_split(i);
+                continue;
+            }
+            read += 1;
+            match self.decoder.decode(msg.key(), msg.payload().unwrap_or(&[])) {
+                Ok(value) => {
+                    let ts = msg.timestamp().to_millis().unwrap_or(MIN_WATERMARK);
+                    out.collect_with_timestamp(i, ts, value);
+                }
+                Err(DecodeError::BadData(reason)) => {
+                    let n = self.bad_records.fetch_add(1, Ordering::Relaxed);
+                    if n < 10 || n.is_power_of_two() {
+                        eprintln!(
+                            "caudal: kafka source `{}`: bad record at partition {partition} offset {offset} \
+                             ({} so far): {reason}",
+                            self.topic,
+                            n + 1
+                        );
+                    }
+                    if let Some(dlq) = &self.dead_letters {
+                        let origin = Origin { topic: &self.topic, partition, offset };
+                        dlq.send(&origin, msg.key(), msg.payload().unwrap_or(&[]), &reason)?;
+                    }
+                }
+                Err(DecodeError::Unavailable(reason)) => {
+                    return Err(Error::Operator(format!(
+                        "kafka source `{}`: cannot decode partition {partition} offset {offset}: {reason}",
+                        self.topic
+                    )));
+                }
+            }
+            self.partitions[i].next = Some(offset + 1);
+            if self.partitions[i].end.is_some_and(|end| offset + 1 >= end) {
+                self.finish(i)?;
+                out.finish_split(i);
+            }
+        }
+        if read > 0 {
+            Ok(SourcePoll::Ready)
+        } else if self.bounded && self.partitions.iter().all(|p| p.finished) {
+            Ok(SourcePoll::Finished)
+        } else {
+            Ok(SourcePoll::Pending(Duration::from_millis(10)))
+        }
+    }
+
+    fn position(&mut self) -> Result<Vec<u8>> {
+        if let Some(dlq) = &self.dead_letters {
+            dlq.flush()?;
+        }
+        let positions = self.positions();
+        let blob = serde_json::to_vec(&positions);
+        self.last_positions = Some(positions);
+        blob.map_err(|e| Error::Operator(format!("kafka source `{}`: encoding offsets: {e}", self.topic)))
+    }
+
+    fn on_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
+        let Some(positions) = self.last_positions.take() else { return Ok(()) };
+        let mut tpl = TopicPartitionList::new();
+        for (p, next) in &positions.offsets {
+            tpl.add_partition_offset(&self.topic, *p, Offset::Offset(*next))
+                .map_err(kafka_error(&self.topic, "committing offsets"))?;
+            if let Some(i) = self.split_of(*p) {
+                self.partitions[i].checkpointed.store(*next, Ordering::Relaxed);
+            }
+        }
+        if tpl.count() > 0 {
+            // For lag tools only: a failed commit is logged, never fatal.
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+                eprintln!("caudal: kafka source `{}`: committing offsets to the group: {e}", self.topic);
+            }
+        }
+        Ok(())
+    }
+}
