@@ -9,7 +9,6 @@ use crate::temperature::names;
 use caudal::{JobConfig, JobResult, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig};
-use std::time::Duration;
 
 /// What to produce where.
 #[derive(Debug, Clone)]
@@ -35,14 +34,14 @@ impl Producer {
         let generator = GeneratorConfig { splits: 1, ..self.generator.clone() };
         let sink = KafkaSinkConfig::new(&self.brokers, &self.topic).delivery(DeliveryGuarantee::AtLeastOnce);
         let registry = self.schema_registry.clone();
-        // Event time as the Kafka record timestamp.
-        let timestamps =
-            WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |r: &SensorReading| r.ts);
-        env.source(names::SOURCE, generator.build()?, timestamps).sink("kafka-producer", move |_| {
-            let serializer =
-                AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id.to_string());
-            Ok(KafkaSink::new(sink.clone(), serializer))
-        });
+        env.source(names::SOURCE, generator.build()?, WatermarkStrategy::none()).sink(
+            "kafka-producer",
+            move |_| {
+                let serializer =
+                    AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id.to_string());
+                Ok(KafkaSink::new(sink.clone(), serializer))
+            },
+        );
         env.execute(&format!("produce-{}", self.topic))
     }
 }

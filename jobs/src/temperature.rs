@@ -131,6 +131,9 @@ pub struct KafkaOutput {
     pub delivery: DeliveryGuarantee,
     /// The producers' `transaction.timeout.ms`.
     pub transaction_timeout: Duration,
+    /// Prefix of the transactional ids (`None`: `temperature-<operator>`); two deployments
+    /// writing at the same time need different prefixes.
+    pub transactional_id_prefix: Option<String>,
 }
 
 /// The job's settings (from flags in the binary).
@@ -215,9 +218,11 @@ impl TemperatureJob {
         match &self.sink {
             SinkKind::Kafka(output) => {
                 let topic = if folder == "readings" { &output.readings_topic } else { &output.windows_topic };
-                let config = KafkaSinkConfig::new(&output.brokers, topic)
+                let mut config = KafkaSinkConfig::new(&output.brokers, topic)
                     .delivery(output.delivery)
                     .transaction_timeout(output.transaction_timeout);
+                config.transactional_id_prefix =
+                    output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
                 let registry = output.schema_registry.clone();
                 stream.sink(name, move |_| {
                     let serializer = AvroSerializer::<T>::new(&registry).keyed(move |r| key(r).to_string());

@@ -151,6 +151,11 @@ struct Args {
     /// transaction.max.timeout.ms; above checkpoint interval + timeout + a restart).
     #[arg(long, default_value_t = 900)]
     transaction_timeout_secs: u64,
+    /// Prefix of --sink kafka's transactional ids (default: the job and operator names).
+    /// Two deployments writing at the same time must use different prefixes: they would
+    /// fence each other's transactions.
+    #[arg(long)]
+    transactional_id_prefix: Option<String>,
     #[command(flatten)]
     kafka: KafkaArgs,
     /// Parallelism of every operator.
@@ -292,6 +297,7 @@ fn main() -> anyhow::Result<()> {
                     Delivery::None => DeliveryGuarantee::None,
                 },
                 transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
+                transactional_id_prefix: args.transactional_id_prefix.clone(),
             }),
         },
     };

@@ -56,6 +56,10 @@ pub struct KafkaSinkConfig {
     pub transaction_timeout: Duration,
     /// Time allowed for one flush, commit or coordinator call.
     pub request_timeout: Duration,
+    /// Stamp Kafka records with the record's event time instead of the time they are
+    /// produced. Off by default: a broker deletes records stamped older than the topic's
+    /// `retention.ms` right away (replays of old data would vanish).
+    pub event_time_timestamps: bool,
     /// Extra librdkafka producer properties (e.g. `compression.type`, `linger.ms`).
     pub properties: Vec<(String, String)>,
 }
@@ -71,6 +75,7 @@ impl KafkaSinkConfig {
             transactional_id_prefix: None,
             transaction_timeout: Duration::from_secs(15 * 60),
             request_timeout: Duration::from_secs(60),
+            event_time_timestamps: false,
             properties: Vec::new(),
         }
     }

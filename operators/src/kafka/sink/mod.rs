@@ -94,21 +94,19 @@ impl<T: Data> Sink for KafkaSink<T> {
                 let coordinator =
                     TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout);
                 let prefix = self.prefix(ctx);
-                Recovery {
+                let restored = ctx.restored_checkpoint.map(|c| c.0);
+                let reserved = Recovery {
                     coordinator: &coordinator,
                     prefix: &prefix,
                     subtask: ctx.subtask,
                     parallelism: ctx.parallelism,
                     topic: &self.config.topic,
                 }
-                .run(&self.restored, ctx.restored_checkpoint.map(|c| c.0))?;
+                .run(&self.restored, restored)?;
                 self.restored.clear();
-                Mode::Transactional(Box::new(Transactions::new(
-                    self.config.clone(),
-                    coordinator,
-                    prefix,
-                    ctx.subtask,
-                )))
+                let mut txns = Transactions::new(self.config.clone(), coordinator, prefix, ctx.subtask);
+                txns.reserve(reserved, restored.unwrap_or(0));
+                Mode::Transactional(Box::new(txns))
             }
             DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => {
                 Mode::Plain(SinkProducer::create(&self.config, None)?)
@@ -123,9 +121,10 @@ impl<T: Data> Sink for KafkaSink<T> {
             self.value.clear();
             let keyed = self.serializer.serialize(&record.value, &mut self.key, &mut self.value)?;
             let key = keyed.then_some(self.key.as_slice());
+            let timestamp = if self.config.event_time_timestamps { record.ts } else { 0 };
             match &mut self.mode {
-                Mode::Transactional(txns) => txns.send(key, &self.value, record.ts)?,
-                Mode::Plain(producer) => producer.send(key, &self.value, record.ts)?,
+                Mode::Transactional(txns) => txns.send(key, &self.value, timestamp)?,
+                Mode::Plain(producer) => producer.send(key, &self.value, timestamp)?,
                 Mode::Idle => return Err(Error::Operator("kafka sink written before on_start".into())),
             }
         }

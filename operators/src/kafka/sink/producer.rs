@@ -82,7 +82,8 @@ impl SinkProducer {
         Ok(SinkProducer { producer, watch, topic: config.topic.clone(), timeout: config.request_timeout })
     }
 
-    /// Queues one record, waiting while librdkafka's queue is full (backpressure).
+    /// Queues one record (stamped `timestamp` when positive, else now), waiting while
+    /// librdkafka's queue is full (backpressure).
     pub(crate) fn send(&self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
         let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(value);
         if let Some(key) = key {

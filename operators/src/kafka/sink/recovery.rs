@@ -30,7 +30,12 @@ impl Recovery<'_> {
     /// Commits the pending transactions of `snapshots` (every old subtask's) that this
     /// subtask takes over, then aborts open transactions of those subtasks' ids.
     /// `restored` is the checkpoint restored from; `None` on a fresh start (only aborts).
-    pub(crate) fn run(&self, snapshots: &[SinkSnapshot], restored: Option<u64>) -> Result<()> {
+    ///
+    /// Returns the indices of this subtask's own ids the restored checkpoint lists: they
+    /// must stay untouched (no `init_transactions`, which would move their epoch on) until
+    /// a newer checkpoint completes, or a second restore from the same checkpoint could not
+    /// tell "committed" from "lost".
+    pub(crate) fn run(&self, snapshots: &[SinkSnapshot], restored: Option<u64>) -> Result<Vec<u32>> {
         let old_parallelism = u32::try_from(snapshots.len()).unwrap_or(u32::MAX);
         let mut mine: Vec<u32> =
             (0..old_parallelism).filter(|j| j % self.parallelism.max(1) == self.subtask).collect();
@@ -49,12 +54,19 @@ impl Recovery<'_> {
         for old in mine {
             self.abort_lingering(old, &committed)?;
         }
-        Ok(())
+        let own = format!("{}-{}-", self.prefix, self.subtask);
+        Ok(committed.iter().filter_map(|id| id.strip_prefix(&own)?.parse().ok()).collect())
     }
 
     fn recommit(&self, txn: &RecordedTxn) -> Result<()> {
         match self.coordinator.end_txn(&txn.transactional_id, txn.producer_id, txn.producer_epoch, true) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                eprintln!(
+                    "caudal: kafka sink into `{}`: committed `{}` of checkpoint {} (producer {} epoch {})",
+                    self.topic, txn.transactional_id, txn.checkpoint, txn.producer_id, txn.producer_epoch
+                );
+                Ok(())
+            }
             Err(e @ TxnCoordinatorError::Unreachable { .. }) => {
                 Err(Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))
             }
@@ -86,6 +98,10 @@ impl Recovery<'_> {
                 .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
             let Some(state) = described else { break };
             if state.is_open() && !committed.contains(&id) {
+                eprintln!(
+                    "caudal: kafka sink into `{}`: aborting `{id}` left open by an earlier run (producer {} epoch {})",
+                    self.topic, state.producer_id, state.producer_epoch
+                );
                 self.coordinator.end_txn(&id, state.producer_id, state.producer_epoch, false).map_err(
                     |e| Error::Operator(format!("kafka sink into `{}`: aborting `{id}`: {e}", self.topic)),
                 )?;

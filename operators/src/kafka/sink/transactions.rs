@@ -10,7 +10,9 @@
 //! A transactional id is reused only when no completed checkpoint lists its last
 //! transaction: a restore then finds every listed transaction under the same
 //! `(producer id, epoch)` it was recorded with, and committing it again cannot commit a
-//! newer transaction of the same id by mistake.
+//! newer transaction of the same id by mistake. After a restore the same holds for the ids
+//! the restored checkpoint lists ("reserved" until a newer checkpoint completes), so a
+//! second restore from that checkpoint finds them committed rather than fenced.
 
 use super::config::KafkaSinkConfig;
 use super::producer::SinkProducer;
@@ -71,6 +73,9 @@ pub(crate) struct Transactions {
     pending: Vec<Pending>,
     committed: Vec<Pending>,
     free: Vec<TxnProducer>,
+    /// Indices listed in the restored checkpoint, with that checkpoint: not to be
+    /// initialised again until a newer checkpoint completes.
+    reserved: Vec<(u32, u64)>,
     next_index: u32,
 }
 
@@ -90,8 +95,15 @@ impl Transactions {
             pending: Vec::new(),
             committed: Vec::new(),
             free: Vec::new(),
+            reserved: Vec::new(),
             next_index: 0,
         }
+    }
+
+    /// Keeps `indices` (listed in restored checkpoint `checkpoint`) untouched until a newer
+    /// checkpoint completes.
+    pub(crate) fn reserve(&mut self, indices: Vec<u32>, checkpoint: u64) {
+        self.reserved.extend(indices.into_iter().map(|i| (i, checkpoint)));
     }
 
     /// The producer of the open transaction, beginning one if none is open.
@@ -165,6 +177,7 @@ impl Transactions {
             std::mem::take(&mut self.committed).into_iter().partition(|p| p.listed_until < checkpoint.0);
         self.committed = still_listed;
         self.free.extend(free.into_iter().map(|p| p.txn));
+        self.reserved.retain(|(_, listed_until)| *listed_until >= checkpoint.0);
         for (i, p) in due.into_iter().enumerate() {
             let txn = &p.txn;
             txn.producer
@@ -205,6 +218,9 @@ impl Transactions {
     }
 
     fn create_producer(&mut self) -> Result<TxnProducer> {
+        while self.reserved.iter().any(|(i, _)| *i == self.next_index) {
+            self.next_index += 1;
+        }
         let index = self.next_index;
         self.next_index += 1;
         if index >= 16 {

@@ -18,7 +18,8 @@ use caudal::{Data, Result, Source, SourceContext, SourceReader};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where a partition without a checkpointed or committed offset starts.
+/// Where a partition starts when the job does not restore a checkpoint (a restored job
+/// always resumes from the checkpointed offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StartFrom {
     /// The earliest retained offset (default).
@@ -26,6 +27,9 @@ pub enum StartFrom {
     Earliest,
     /// The end: only records produced after the start.
     Latest,
+    /// The consumer group's committed offsets (committed when checkpoints complete),
+    /// the earliest offset where the group has none.
+    Committed,
 }
 
 /// The configuration of a [`KafkaSource`].
@@ -39,11 +43,11 @@ pub struct KafkaSourceConfig {
     pub group_id: Option<String>,
     /// Read up to the end offsets present at start, then finish.
     pub bounded: bool,
-    /// Where partitions start without a checkpointed or committed offset.
+    /// Where partitions start when no checkpoint is restored.
     pub start_from: StartFrom,
     /// Topic for records that cannot be decoded; `None`: count and log them only.
     pub dead_letter_topic: Option<String>,
-    /// How often end offsets (for lag) are fetched.
+    /// How often end offsets (for lag) are refreshed (librdkafka statistics interval).
     pub lag_interval: Duration,
     /// Extra librdkafka consumer properties.
     pub properties: Vec<(String, String)>,

@@ -5,17 +5,55 @@ use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
 use caudal::types::MIN_WATERMARK;
 use caudal::{CheckpointId, Error, Result, SourceContext, SourceOutput, SourcePoll, SourceReader};
+use parking_lot::RwLock;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
+use rdkafka::ClientContext;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The gauges of one partition.
+#[derive(Clone)]
+struct PartitionGauges {
+    end_offset: Arc<AtomicI64>,
+    checkpointed: Arc<AtomicI64>,
+    lag: Arc<AtomicI64>,
+}
+
+/// Receives librdkafka's statistics (on the polling thread, every `lag_interval`) and
+/// turns them into end-offset and lag gauges, without a blocking broker call.
+struct LagContext {
+    topic: String,
+    partitions: RwLock<BTreeMap<i32, PartitionGauges>>,
+}
+
+impl ClientContext for LagContext {
+    fn stats(&self, statistics: Statistics) {
+        let Some(topic) = statistics.topics.get(&self.topic) else { return };
+        let gauges = self.partitions.read();
+        for (p, stats) in &topic.partitions {
+            if let Some(g) = gauges.get(p) {
+                // The last stable offset: what a read_committed reader can reach.
+                let end = if stats.ls_offset >= 0 { stats.ls_offset } else { stats.hi_offset };
+                if end >= 0 {
+                    g.end_offset.store(end, Ordering::Relaxed);
+                    let done = g.checkpointed.load(Ordering::Relaxed).max(0);
+                    g.lag.store((end - done).max(0), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for LagContext {}
 
 /// What a source subtask puts in a checkpoint: the next offset of each of its partitions.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -32,14 +70,12 @@ struct PartitionState {
     /// Bounded: stop before this offset.
     end: Option<i64>,
     finished: bool,
-    end_offset: Arc<AtomicI64>,
     checkpointed: Arc<AtomicI64>,
-    lag: Arc<AtomicI64>,
 }
 
 /// Reads the partitions of one subtask.
 pub struct KafkaSourceReader<T> {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<LagContext>,
     topic: String,
     bounded: bool,
     partitions: Vec<PartitionState>,
@@ -47,8 +83,6 @@ pub struct KafkaSourceReader<T> {
     dead_letters: Option<DeadLetters>,
     bad_records: Arc<AtomicU64>,
     last_positions: Option<Positions>,
-    lag_interval: Duration,
-    next_lag_update: Instant,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -88,18 +122,20 @@ impl<T> KafkaSourceReader<T> {
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
+            .set("statistics.interval.ms", config.lag_interval.as_millis().max(100).to_string())
             .set(
                 "auto.offset.reset",
                 match config.start_from {
-                    StartFrom::Earliest => "earliest",
+                    StartFrom::Earliest | StartFrom::Committed => "earliest",
                     StartFrom::Latest => "latest",
                 },
             );
         for (k, v) in &config.properties {
             client.set(k, v);
         }
-        let consumer: BaseConsumer = client
-            .create()
+        let context = LagContext { topic: topic.to_owned(), partitions: RwLock::new(BTreeMap::new()) };
+        let consumer: BaseConsumer<LagContext> = client
+            .create_with_context(context)
             .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })?;
 
         let metadata = consumer
@@ -132,7 +168,7 @@ impl<T> KafkaSourceReader<T> {
                 restored_offsets.extend(positions.offsets);
             }
         }
-        let committed = if mine.iter().any(|p| !restored_offsets.contains_key(p)) && restored.is_empty() {
+        let committed = if restored.is_empty() && config.start_from == StartFrom::Committed {
             let mut tpl = TopicPartitionList::new();
             for p in &mine {
                 tpl.add_partition(topic, *p);
@@ -165,22 +201,26 @@ impl<T> KafkaSourceReader<T> {
             };
             let offset = match (next, config.start_from) {
                 (Some(o), _) => Offset::Offset(o),
-                (None, StartFrom::Earliest) => Offset::Beginning,
+                (None, StartFrom::Earliest | StartFrom::Committed) => Offset::Beginning,
                 (None, StartFrom::Latest) => Offset::End,
             };
             assignment
                 .add_partition_offset(topic, p, offset)
                 .map_err(kafka_error(topic, "assigning partitions"))?;
             let gauge = |what: &str| ctx.metrics.gauge(format!("kafka.{topic}.{p}.{what}"));
+            let gauges = PartitionGauges {
+                end_offset: gauge("end_offset"),
+                checkpointed: gauge("checkpointed_offset"),
+                lag: gauge("lag"),
+            };
             let state = PartitionState {
                 partition: p,
                 next,
                 end,
                 finished: false,
-                end_offset: gauge("end_offset"),
-                checkpointed: gauge("checkpointed_offset"),
-                lag: gauge("lag"),
+                checkpointed: gauges.checkpointed.clone(),
             };
+            consumer.context().partitions.write().insert(p, gauges);
             if let Some(o) = next {
                 state.checkpointed.store(o, Ordering::Relaxed);
             }
@@ -201,8 +241,6 @@ impl<T> KafkaSourceReader<T> {
             dead_letters,
             bad_records: ctx.metrics.counter("bad_records"),
             last_positions: None,
-            lag_interval: config.lag_interval,
-            next_lag_update: Instant::now(),
         };
         for i in 0..reader.partitions.len() {
             let done = matches!((reader.partitions[i].next, reader.partitions[i].end), (Some(n), Some(e)) if n >= e)
@@ -229,23 +267,6 @@ impl<T> KafkaSourceReader<T> {
         self.partitions.iter().position(|p| p.partition == partition)
     }
 
-    fn update_lag(&mut self) {
-        let now = Instant::now();
-        if now < self.next_lag_update {
-            return;
-        }
-        self.next_lag_update = now + self.lag_interval;
-        for p in &self.partitions {
-            if let Ok((_, high)) =
-                self.consumer.fetch_watermarks(&self.topic, p.partition, Duration::from_millis(500))
-            {
-                p.end_offset.store(high, Ordering::Relaxed);
-                let done = p.checkpointed.load(Ordering::Relaxed).max(0);
-                p.lag.store((high - done).max(0), Ordering::Relaxed);
-            }
-        }
-    }
-
     fn positions(&self) -> Positions {
         Positions {
             topic: self.topic.clone(),
@@ -268,7 +289,6 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
             return Ok(SourcePoll::Finished);
         }
-        self.update_lag();
         let mut read = 0usize;
         while out.capacity_left() > 0 {
             let event = match self.consumer.poll(Duration::ZERO) {

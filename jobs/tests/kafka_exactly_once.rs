@@ -1,0 +1,267 @@
+//! Exactly-once into Kafka, against the real broker and schema registry: the temperature
+//! job reads Avro readings from a topic and writes readings and window statistics into
+//! two topics through Kafka transactions. It is killed at every step of the checkpoint and
+//! commit protocol (and at random moments), restored with `--restore latest`, and a
+//! `read_committed` consumer must then see exactly what an uninterrupted run wrote: no
+//! record lost, none twice.
+//!
+//! Needs `CAUDAL_KAFKA_BROKERS` and `CAUDAL_SCHEMA_REGISTRY` (`scripts/services.sh start`);
+//! without them the tests say so and pass, unless `CAUDAL_REQUIRE_STACK` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kafka_support;
+
+use kafka_support::{create_topic, read_committed, stack, unique, Stack};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const READINGS: u64 = 200_000;
+const PARTITIONS: i32 = 4;
+
+/// The input topic, produced once per test binary.
+fn input(stack: &Stack) -> &'static str {
+    static INPUT: OnceLock<String> = OnceLock::new();
+    INPUT.get_or_init(|| {
+        let topic = unique("eo-in");
+        create_topic(stack, &topic, PARTITIONS);
+        let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+            .args(["produce", "--topic", &topic, "--sensors", "100", "--rate", "0", "--seed", "5"])
+            .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
+            .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
+        topic
+    })
+}
+
+/// One run's output topics and checkpoint directory.
+struct Run {
+    readings: String,
+    windows: String,
+    ckpt: tempfile::TempDir,
+}
+
+fn new_run(stack: &Stack, name: &str) -> Run {
+    let run = Run {
+        readings: unique(&format!("{name}-readings")),
+        windows: unique(&format!("{name}-windows")),
+        ckpt: tempfile::tempdir().unwrap(),
+    };
+    create_topic(stack, &run.readings, 2);
+    create_topic(stack, &run.windows, 2);
+    run
+}
+
+fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+    cmd.args(["--source", "kafka", "--input-topic", input(stack), "--bounded"])
+        .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--window-secs", "10", "--parallelism", "2", "--checkpoint-interval", "0.3"])
+        .args(["--progress-secs", "1", "--no-ui", "--transactional-id-prefix", &run.readings])
+        .arg("--checkpoint-dir")
+        .arg(run.ckpt.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if restore {
+        cmd.args(["--restore", "latest"]);
+    }
+    if let Some(point) = crash_at {
+        cmd.env("CAUDAL__TEST_CRASH_AT", point);
+    }
+    cmd.spawn().expect("start temperature")
+}
+
+fn wait(child: Child) -> (ExitStatus, String) {
+    let out = child.wait_with_output().expect("wait");
+    (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// Readings and windows, each as sorted (key, payload) pairs.
+type Output = (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// What a run published, as (key, Avro payload) pairs, sorted. The 5-byte Confluent
+/// header is dropped: each run's topics are distinct subjects.
+fn published(stack: &Stack, run: &Run) -> Output {
+    let strip = |records: Vec<(Vec<u8>, Vec<u8>)>| {
+        let mut v: Vec<_> =
+            records.into_iter().map(|(k, v)| (k, v.get(5..).unwrap_or_default().to_vec())).collect();
+        v.sort();
+        v
+    };
+    (strip(read_committed(stack, &run.readings)), strip(read_committed(stack, &run.windows)))
+}
+
+fn clean(stack: &Stack) -> &'static Output {
+    static CLEAN: OnceLock<Output> = OnceLock::new();
+    CLEAN.get_or_init(|| {
+        let run = new_run(stack, "clean");
+        let (status, err) = wait(spawn(stack, &run, false, None));
+        assert!(status.success(), "clean run failed: {err}");
+        let out = published(stack, &run);
+        assert!(out.0.len() as u64 > READINGS * 9 / 10, "clean run wrote {} readings", out.0.len());
+        assert!(out.1.len() > 1000, "clean run wrote {} windows", out.1.len());
+        out
+    })
+}
+
+fn assert_equals_clean(stack: &Stack, run: &Run, what: &str) {
+    let clean = clean(stack);
+    let got = published(stack, run);
+    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+        if got != want {
+            let dups = got.windows(2).filter(|w| w[0] == w[1]).count();
+            panic!(
+                "{what}: {name} differ from the clean run: {} records vs {} ({dups} duplicated)",
+                got.len(),
+                want.len()
+            );
+        }
+    }
+}
+
+/// Restores until the job finishes.
+fn finish(stack: &Stack, run: &Run) {
+    let (status, err) = wait(spawn(stack, run, has_checkpoint(run), None));
+    assert!(status.success(), "restored run failed: {err}");
+    eprintln!("restored run: {err}");
+}
+
+fn has_checkpoint(run: &Run) -> bool {
+    let job = run.ckpt.path().join("temperature");
+    std::fs::read_dir(job).into_iter().flatten().flatten().any(|e| e.path().join("_metadata").exists())
+}
+
+fn crash_at(point: &str) {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, point);
+    let (status, err) = wait(spawn(&stack, &run, false, Some(&format!("{point}:3"))));
+    assert!(!status.success(), "the job did not crash at {point}: {err}");
+    assert!(err.contains("crash point"), "{point}: {err}");
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, point);
+}
+
+#[test]
+fn crash_after_snapshot_before_ack() {
+    crash_at("after-snapshot-before-ack");
+}
+
+#[test]
+fn crash_after_the_sink_pre_committed_before_the_checkpoint_is_complete() {
+    crash_at("after-sink-pre-commit");
+}
+
+#[test]
+fn crash_after_all_acks_before_the_metadata_is_durable() {
+    crash_at("before-metadata");
+}
+
+#[test]
+fn crash_after_the_checkpoint_is_complete_before_the_commit() {
+    crash_at("after-metadata-before-notify");
+}
+
+#[test]
+fn crash_during_the_commit() {
+    crash_at("during-sink-commit");
+}
+
+#[test]
+fn crash_during_restore_before_the_pending_commit() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "during-restore");
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert!(!status.success(), "first crash did not happen: {err}");
+    let (status, err) = wait(spawn(&stack, &run, true, Some("during-restore:3")));
+    assert!(!status.success() && err.contains("crash point"), "the restore did not crash: {err}");
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "during-restore");
+}
+
+#[test]
+fn restored_twice_from_the_same_checkpoint() {
+    // The first restore commits checkpoint 3's transactions and crashes before checkpoint
+    // 4 completes; the second restores from 3 again and must find them committed, not lost.
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "twice");
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert!(!status.success(), "first crash did not happen: {err}");
+    let (status, err) = wait(spawn(&stack, &run, true, Some("after-sink-pre-commit:4")));
+    assert!(!status.success() && err.contains("crash point"), "the first restore did not crash: {err}");
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "restored twice");
+}
+
+#[test]
+fn killed_at_random_moments_mid_epoch() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "random");
+    let mut seed = 0x5eed_u64;
+    let mut kills = 0;
+    for _ in 0..5 {
+        let mut child = spawn(&stack, &run, has_checkpoint(&run), None);
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let delay = Duration::from_millis(400 + (seed >> 33) % 500);
+        let start = Instant::now();
+        while start.elapsed() < delay {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait().unwrap().is_some() {
+            break; // finished before the kill
+        }
+        child.kill().unwrap(); // SIGKILL: mid-epoch, transactions open
+        child.wait().unwrap();
+        kills += 1;
+    }
+    assert!(kills >= 2, "the job finished too early to be killed ({kills} kills)");
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, &format!("after {kills} kills"));
+}
+
+#[test]
+fn a_transaction_timeout_shorter_than_a_checkpoint_cycle_fails_at_start_naming_both_settings() {
+    let Some(stack) = stack() else { return };
+    let run = new_run(&stack, "timeout");
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["--source", "kafka", "--input-topic", input(&stack), "--bounded"])
+        .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--checkpoint-interval", "60", "--transaction-timeout-secs", "30", "--no-ui"])
+        .arg("--checkpoint-dir")
+        .arg(run.ckpt.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("transaction.timeout.ms") && err.contains("--checkpoint-interval"), "{err}");
+    assert!(read_committed(&stack, &run.readings).is_empty());
+}
+
+#[test]
+fn a_transaction_timeout_above_the_brokers_maximum_is_refused_naming_it() {
+    let Some(stack) = stack() else { return };
+    let run = new_run(&stack, "maxtimeout");
+    // The test broker allows 1 hour.
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["--source", "kafka", "--input-topic", input(&stack), "--bounded"])
+        .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--transaction-timeout-secs", "7200", "--no-ui"])
+        .arg("--checkpoint-dir")
+        .arg(run.ckpt.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("transaction.max.timeout.ms"), "{err}");
+}

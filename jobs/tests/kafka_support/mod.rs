@@ -1,0 +1,135 @@
+//! Shared by the Kafka tests: the stack's addresses, topics, and a `read_committed` reader.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Headers;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The broker and registry of the test stack.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub brokers: String,
+    pub registry: String,
+}
+
+/// The stack, or `None` (test skipped) when it is not running and not required.
+pub fn stack() -> Option<Stack> {
+    let brokers = std::env::var("CAUDAL_KAFKA_BROKERS").ok().filter(|s| !s.is_empty());
+    let registry = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|s| !s.is_empty());
+    match (brokers, registry) {
+        (Some(brokers), Some(registry)) => Some(Stack { brokers, registry }),
+        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
+            panic!("Kafka or the schema registry is not running: run scripts/services.sh start")
+        }
+        _ => {
+            eprintln!(
+                "skipped: CAUDAL_KAFKA_BROKERS / CAUDAL_SCHEMA_REGISTRY not set; run scripts/services.sh \
+                 start and eval \"$(scripts/services.sh env)\""
+            );
+            None
+        }
+    }
+}
+
+/// A topic name no other run used.
+pub fn unique(what: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("t-{what}-{}-{}", std::process::id(), nanos % 1_000_000_000_000)
+}
+
+pub fn create_topic(stack: &Stack, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
+    let results = futures::executor::block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))
+    .expect("create topics");
+    for r in results {
+        r.map_err(|(t, e)| format!("creating {t}: {e}")).unwrap();
+    }
+}
+
+fn consumer(stack: &Stack, topic: &str) -> (BaseConsumer, usize) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.brokers)
+        .set("group.id", format!("test-reader-{}", std::process::id()))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    (consumer, partitions.len())
+}
+
+/// Every committed record of `topic` as (key, value), as a `read_committed` consumer sees
+/// them (open transactions hold the reader at their first record, so wait for them).
+pub fn read_committed(stack: &Stack, topic: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    read_committed_with_headers(stack, topic).into_iter().map(|(k, v, _)| (k, v)).collect()
+}
+
+/// As [`read_committed`], with each record's headers.
+pub fn read_committed_with_headers(
+    stack: &Stack,
+    topic: &str,
+) -> Vec<(Vec<u8>, Vec<u8>, Vec<(String, String)>)> {
+    let (consumer, partitions) = consumer(stack, topic);
+    let mut eof = HashSet::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eof.len() < partitions {
+        assert!(Instant::now() < deadline, "reading {topic}: no end after 60 s");
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_owned(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default()).to_string(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push((
+                    m.key().unwrap_or_default().to_vec(),
+                    m.payload().unwrap_or_default().to_vec(),
+                    headers,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Writes raw (key, value) records into partition `partition` of `topic`.
+pub fn produce_raw(stack: &Stack, topic: &str, partition: i32, records: &[(Vec<u8>, Vec<u8>)]) {
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
+    for (k, v) in records {
+        producer.send(BaseRecord::to(topic).partition(partition).key(k).payload(v)).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
