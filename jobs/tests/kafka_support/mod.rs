@@ -82,11 +82,11 @@ pub fn read_committed(stack: &Stack, topic: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     read_committed_with_headers(stack, topic).into_iter().map(|(k, v, _)| (k, v)).collect()
 }
 
+/// A record as read: key, value and headers.
+pub type ReadRecord = (Vec<u8>, Vec<u8>, Vec<(String, String)>);
+
 /// As [`read_committed`], with each record's headers.
-pub fn read_committed_with_headers(
-    stack: &Stack,
-    topic: &str,
-) -> Vec<(Vec<u8>, Vec<u8>, Vec<(String, String)>)> {
+pub fn read_committed_with_headers(stack: &Stack, topic: &str) -> Vec<ReadRecord> {
     let (consumer, partitions) = consumer(stack, topic);
     let mut eof = HashSet::new();
     let mut out = Vec::new();
