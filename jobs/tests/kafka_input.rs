@@ -1,0 +1,172 @@
+//! What the Kafka source does with what producers really send: garbage and unknown schema
+//! ids are counted and dead-lettered while the job keeps running; a producer moving to a
+//! new, BACKWARD-compatible schema version (an added field with a default) keeps being read.
+//!
+//! Needs the test stack (`scripts/services.sh start`); skipped without it unless
+//! `CAUDAL_REQUIRE_STACK` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kafka_support;
+
+use caudal_schemas::wire::write_header;
+use caudal_schemas::{
+    codec::encode_generic, subject_for_topic, AvroRecord, RegistryClient, Schema, SchemaStore, SensorReading,
+};
+use kafka_support::{create_topic, produce_raw, read_committed_with_headers, stack, unique, Stack};
+use serde::Serialize;
+use std::path::Path;
+use std::process::Command;
+
+fn produce_readings(stack: &Stack, topic: &str, records: u64, seed: u64) {
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["produce", "--topic", topic, "--sensors", "10", "--rate", "0"])
+        .args(["--records", &records.to_string(), "--seed", &seed.to_string()])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Runs the job over `topic` (bounded) into files under `out`; returns its stderr.
+fn run_job(stack: &Stack, topic: &str, out: &Path, extra: &[&str]) -> String {
+    let ckpt = out.join("ckpt");
+    let run = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["--source", "kafka", "--input-topic", topic, "--bounded"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--checkpoint-interval", "0.5", "--progress-secs", "0", "--no-ui"])
+        .arg("--output")
+        .arg(out.join("results"))
+        .arg("--checkpoint-dir")
+        .arg(&ckpt)
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "job failed: {err}");
+    err
+}
+
+/// Lines of every published file under `dir`.
+fn lines(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "jsonl") {
+            out.extend(std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_owned));
+        }
+    }
+    out
+}
+
+/// "read N" of the job's last progress line.
+fn read_count(stderr: &str) -> u64 {
+    let line = stderr.lines().rev().find(|l| l.contains(" read ")).expect("a progress line");
+    line.split(" read ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap()
+}
+
+#[test]
+fn bad_records_are_counted_and_dead_lettered_while_the_job_keeps_running() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("bad-in");
+    let dlq = unique("bad-dlq");
+    create_topic(&stack, &topic, 1);
+    create_topic(&stack, &dlq, 1);
+    produce_readings(&stack, &topic, 500, 1);
+
+    // A registered id with a truncated body, an unknown id, and no Confluent frame at all.
+    let client = RegistryClient::new(&stack.registry).unwrap();
+    let id = client.register(&subject_for_topic(&topic), SensorReading::schema()).unwrap();
+    let mut truncated = Vec::new();
+    write_header(&mut truncated, id);
+    truncated.extend_from_slice(&[0x02, 0x04]);
+    let mut unknown = Vec::new();
+    write_header(&mut unknown, 1_999_999_999);
+    unknown.extend_from_slice(&[0u8; 40]);
+    let bad = vec![
+        (b"x".to_vec(), b"not avro at all".to_vec()),
+        (b"y".to_vec(), unknown),
+        (b"z".to_vec(), truncated),
+    ];
+    produce_raw(&stack, &topic, 0, &bad);
+    produce_readings(&stack, &topic, 500, 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let err = run_job(&stack, &topic, dir.path(), &["--dead-letter-topic", &dlq]);
+    assert_eq!(read_count(&err), 1000, "every good reading is read: {err}");
+    assert!(err.contains("bad record at partition 0 offset 500"), "{err}");
+    let readings = lines(&dir.path().join("results/readings"));
+    assert!(readings.len() > 950 && readings.len() <= 1000, "{} readings", readings.len());
+
+    let dead = read_committed_with_headers(&stack, &dlq);
+    assert_eq!(dead.len(), 3, "three dead letters");
+    for ((key, value, headers), (want_key, want_value)) in dead.iter().zip(&bad) {
+        assert_eq!((key, value), (want_key, want_value), "dead letters keep the bytes as they were");
+        let header = |k: &str| headers.iter().find(|(h, _)| h == k).map(|(_, v)| v.clone());
+        assert_eq!(header("caudal.source.topic").as_deref(), Some(topic.as_str()));
+        assert_eq!(header("caudal.source.partition").as_deref(), Some("0"));
+        assert!(header("caudal.error").is_some_and(|e| !e.is_empty()), "{headers:?}");
+    }
+    let offsets: Vec<_> = dead
+        .iter()
+        .map(|(_, _, h)| h.iter().find(|(k, _)| k == "caudal.source.offset").unwrap().1.clone())
+        .collect();
+    assert_eq!(offsets, ["500", "501", "502"]);
+}
+
+/// The reading as a producer on schema version 2 writes it: an added `unit` field.
+#[derive(Serialize)]
+struct ReadingV2 {
+    sensor_id: i64,
+    ts: i64,
+    lat: f64,
+    lon: f64,
+    temp_f: f64,
+    unit: String,
+}
+
+const READING_V2: &str = r#"{"type":"record","name":"SensorReading","namespace":"io.caudal","fields":[
+    {"name":"sensor_id","type":"long"},
+    {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"lat","type":"double"},{"name":"lon","type":"double"},
+    {"name":"temp_f","type":"double"},
+    {"name":"unit","type":"string","default":"F"}]}"#;
+
+#[test]
+fn a_producer_moving_to_a_compatible_schema_version_keeps_being_read() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("evolve-in");
+    create_topic(&stack, &topic, 2);
+    produce_readings(&stack, &topic, 400, 3);
+
+    // Version 2 is accepted under BACKWARD and gets its own id.
+    let client = RegistryClient::new(&stack.registry).unwrap();
+    let subject = subject_for_topic(&topic);
+    let v1 = client.latest(&subject).unwrap();
+    let v2_id = client.register_json(&subject, READING_V2).unwrap();
+    assert_ne!(v2_id, v1.id);
+    assert_eq!(client.latest(&subject).unwrap().version, 2);
+    let v2 = Schema::parse_str(READING_V2).unwrap();
+    let records: Vec<_> = (0..200i64)
+        .map(|i| {
+            let r = ReadingV2 {
+                sensor_id: 1000 + i % 5,
+                ts: 1_767_225_600_000 + i * 1000,
+                lat: 10.0,
+                lon: 20.0,
+                temp_f: 50.0 + (i % 10) as f64,
+                unit: "F".into(),
+            };
+            let mut bytes = Vec::new();
+            write_header(&mut bytes, v2_id);
+            bytes.extend(encode_generic(&v2, &r).unwrap());
+            (r.sensor_id.to_string().into_bytes(), bytes)
+        })
+        .collect();
+    produce_raw(&stack, &topic, 1, &records);
+
+    let dir = tempfile::tempdir().unwrap();
+    let err = run_job(&stack, &topic, dir.path(), &[]);
+    assert_eq!(read_count(&err), 600, "v1 and v2 records are all read: {err}");
+    let readings = lines(&dir.path().join("results/readings"));
+    let v2_sensors = readings.iter().filter(|l| l.contains("\"sensor_id\":100")).count();
+    assert_eq!(v2_sensors, 200, "every version-2 reading came through");
+}
