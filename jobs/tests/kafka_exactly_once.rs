@@ -19,25 +19,30 @@ use std::time::{Duration, Instant};
 const READINGS: u64 = 200_000;
 const PARTITIONS: i32 = 4;
 
-/// The input topic, produced once per test binary.
-fn input(stack: &Stack) -> &'static str {
-    static INPUT: OnceLock<String> = OnceLock::new();
-    INPUT.get_or_init(|| {
-        let topic = unique("eo-in");
-        create_topic(stack, &topic, PARTITIONS);
-        let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
-            .args(["produce", "--topic", &topic, "--sensors", "100", "--rate", "0", "--seed", "5"])
-            .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
-            .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
-        topic
-    })
+/// A new input topic with `records` readings.
+fn produce(stack: &Stack, name: &str, records: u64) -> String {
+    let topic = unique(name);
+    create_topic(stack, &topic, PARTITIONS);
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["produce", "--topic", &topic, "--sensors", "100", "--rate", "0", "--seed", "5"])
+        .args(["--records", &records.to_string(), "--event-interval-ms", "100"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
+    topic
 }
 
-/// One run's output topics and checkpoint directory.
+/// The input topic of the crash-point tests, produced once per test binary.
+fn input(stack: &Stack) -> &'static str {
+    static INPUT: OnceLock<String> = OnceLock::new();
+    INPUT.get_or_init(|| produce(stack, "eo-in", READINGS))
+}
+
+/// One run's input, output topics and checkpoint directory.
 struct Run {
+    input: String,
+    checkpoint_interval: &'static str,
     readings: String,
     windows: String,
     ckpt: tempfile::TempDir,
@@ -45,6 +50,8 @@ struct Run {
 
 fn new_run(stack: &Stack, name: &str) -> Run {
     let run = Run {
+        input: input(stack).to_owned(),
+        checkpoint_interval: "0.3",
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
         ckpt: tempfile::tempdir().unwrap(),
@@ -56,10 +63,10 @@ fn new_run(stack: &Stack, name: &str) -> Run {
 
 fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
-    cmd.args(["--source", "kafka", "--input-topic", input(stack), "--bounded"])
+    cmd.args(["--source", "kafka", "--input-topic", &run.input, "--bounded"])
         .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
         .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .args(["--window-secs", "10", "--parallelism", "2", "--checkpoint-interval", "0.3"])
+        .args(["--window-secs", "10", "--parallelism", "2", "--checkpoint-interval", run.checkpoint_interval])
         .args(["--progress-secs", "1", "--no-ui", "--transactional-id-prefix", &run.readings])
         .arg("--checkpoint-dir")
         .arg(run.ckpt.path())
@@ -94,21 +101,31 @@ fn published(stack: &Stack, run: &Run) -> Output {
     (strip(read_committed(stack, &run.readings)), strip(read_committed(stack, &run.windows)))
 }
 
+/// An uninterrupted run over `run`'s input.
+fn clean_run(stack: &Stack, like: &Run, records: u64) -> Output {
+    let run =
+        Run { readings: unique("clean-readings"), windows: unique("clean-windows"), ..new_run(stack, "c") };
+    let run = Run { input: like.input.clone(), ..run };
+    create_topic(stack, &run.readings, 2);
+    create_topic(stack, &run.windows, 2);
+    let (status, err) = wait(spawn(stack, &run, false, None));
+    assert!(status.success(), "clean run failed: {err}");
+    let out = published(stack, &run);
+    assert!(out.0.len() as u64 > records * 9 / 10, "clean run wrote {} readings", out.0.len());
+    assert!(out.1.len() > 1000, "clean run wrote {} windows", out.1.len());
+    out
+}
+
 fn clean(stack: &Stack) -> &'static Output {
     static CLEAN: OnceLock<Output> = OnceLock::new();
-    CLEAN.get_or_init(|| {
-        let run = new_run(stack, "clean");
-        let (status, err) = wait(spawn(stack, &run, false, None));
-        assert!(status.success(), "clean run failed: {err}");
-        let out = published(stack, &run);
-        assert!(out.0.len() as u64 > READINGS * 9 / 10, "clean run wrote {} readings", out.0.len());
-        assert!(out.1.len() > 1000, "clean run wrote {} windows", out.1.len());
-        out
-    })
+    CLEAN.get_or_init(|| clean_run(stack, &new_run(stack, "clean"), READINGS))
 }
 
 fn assert_equals_clean(stack: &Stack, run: &Run, what: &str) {
-    let clean = clean(stack);
+    assert_equals(clean(stack), stack, run, what);
+}
+
+fn assert_equals(clean: &Output, stack: &Stack, run: &Run, what: &str) {
     let got = published(stack, run);
     for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
         if got != want {
@@ -198,17 +215,15 @@ fn restored_twice_from_the_same_checkpoint() {
     assert_equals_clean(&stack, &run, "restored twice");
 }
 
-#[test]
-fn killed_at_random_moments_mid_epoch() {
-    let Some(stack) = stack() else { return };
-    clean(&stack);
-    let run = new_run(&stack, "random");
+/// Kills the job at random moments (at most `max_kills` times, each after `min_ms` plus
+/// up to `spread_ms`), restoring each time; returns the number of kills.
+fn kill_at_random(stack: &Stack, run: &Run, max_kills: usize, min_ms: u64, spread_ms: u64) -> usize {
     let mut seed = 0x5eed_u64;
     let mut kills = 0;
-    for _ in 0..5 {
-        let mut child = spawn(&stack, &run, has_checkpoint(&run), None);
+    for _ in 0..max_kills {
+        let mut child = spawn(stack, run, has_checkpoint(run), None);
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        let delay = Duration::from_millis(400 + (seed >> 33) % 500);
+        let delay = Duration::from_millis(min_ms + (seed >> 33) % spread_ms);
         let start = Instant::now();
         while start.elapsed() < delay {
             if child.try_wait().unwrap().is_some() {
@@ -223,9 +238,32 @@ fn killed_at_random_moments_mid_epoch() {
         child.wait().unwrap();
         kills += 1;
     }
+    kills
+}
+
+#[test]
+fn killed_at_random_moments_mid_epoch() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "random");
+    let kills = kill_at_random(&stack, &run, 5, 400, 500);
     assert!(kills >= 2, "the job finished too early to be killed ({kills} kills)");
     finish(&stack, &run);
     assert_equals_clean(&stack, &run, &format!("after {kills} kills"));
+}
+
+/// The chaos run of the issue: a million readings, 1-second checkpoints, five kills.
+#[test]
+fn chaos_a_million_readings_killed_five_times_equals_the_clean_run() {
+    const MILLION: u64 = 1_000_000;
+    let Some(stack) = stack() else { return };
+    let input = produce(&stack, "chaos-in", MILLION);
+    let run = Run { input, checkpoint_interval: "1", ..new_run(&stack, "chaos") };
+    let clean = clean_run(&stack, &run, MILLION);
+    let kills = kill_at_random(&stack, &run, 5, 1200, 1000);
+    assert_eq!(kills, 5, "the job finished before five kills");
+    finish(&stack, &run);
+    assert_equals(&clean, &stack, &run, &format!("chaos after {kills} kills"));
 }
 
 #[test]
