@@ -128,6 +128,7 @@ impl JobConfig {
                     self.checkpoints.interval = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 "CHECKPOINT_DIR" => self.checkpoints.storage.url = value.clone(),
+                s3 if s3.starts_with("S3__") => self.set_s3(&key, &s3[4..], &value)?,
                 "TEST_CRASH_AT" => {
                     let (point, id) = value.rsplit_once(':').ok_or_else(|| {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
@@ -151,6 +152,36 @@ impl JobConfig {
         Ok(self)
     }
 
+    /// `CAUDAL__S3__<FIELD>`: the S3 settings of checkpoint storage, also used by sinks
+    /// that write to S3 (the archive).
+    fn set_s3(&mut self, key: &str, field: &str, value: &str) -> Result<()> {
+        let s3 = &mut self.checkpoints.storage.s3;
+        let flag = |v: &str| match v.trim() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            other => Err(Error::config(key, format!("expected true or false, got `{other}`"))),
+        };
+        let text = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_string());
+        match field {
+            "ENDPOINT" => s3.endpoint = text(value),
+            "REGION" => s3.region = value.trim().to_string(),
+            "ACCESS_KEY_ID" => s3.access_key_id = text(value),
+            "SECRET_ACCESS_KEY" => s3.secret_access_key = text(value),
+            "SESSION_TOKEN" => s3.session_token = text(value),
+            "ALLOW_HTTP" => s3.allow_http = flag(value)?,
+            "VIRTUAL_HOSTED_STYLE" => s3.virtual_hosted_style = flag(value)?,
+            "CONDITIONAL_PUT" => s3.conditional_put = flag(value)?,
+            _ => {
+                return Err(Error::config(
+                    key,
+                    "unknown S3 setting; known: ENDPOINT, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY, \
+                     SESSION_TOKEN, ALLOW_HTTP, VIRTUAL_HOSTED_STYLE, CONDITIONAL_PUT",
+                ))
+            }
+        }
+        Ok(())
+    }
+
     /// Check the settings, naming the one at fault.
     pub fn validate(&self) -> Result<()> {
         if self.parallelism == 0 {
@@ -172,5 +203,25 @@ impl JobConfig {
             return Err(Error::config("channel_capacity", "must hold at least one batch (>= batch_size)"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_settings_from_variables() {
+        let mut c = JobConfig::default();
+        c.set_s3("CAUDAL__S3__ENDPOINT", "ENDPOINT", "http://127.0.0.1:19000").unwrap();
+        c.set_s3("CAUDAL__S3__ALLOW_HTTP", "ALLOW_HTTP", "true").unwrap();
+        c.set_s3("CAUDAL__S3__ACCESS_KEY_ID", "ACCESS_KEY_ID", "k").unwrap();
+        let s3 = &c.checkpoints.storage.s3;
+        assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:19000"));
+        assert!(s3.allow_http);
+        assert_eq!(s3.access_key_id.as_deref(), Some("k"));
+        let e = c.set_s3("CAUDAL__S3__ALLOW_HTTP", "ALLOW_HTTP", "maybe").unwrap_err().to_string();
+        assert!(e.contains("CAUDAL__S3__ALLOW_HTTP"), "{e}");
+        assert!(c.set_s3("CAUDAL__S3__BOGUS", "BOGUS", "x").is_err());
     }
 }

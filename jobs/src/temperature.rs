@@ -3,11 +3,14 @@
 //! (count, min, max, mean °C) → sink; the converted readings are a second output.
 
 use caudal::{DataStream, Result, StreamEnv, WatermarkStrategy};
+use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{
     AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSource,
     KafkaSourceConfig,
 };
+use caudal_operators::postgres::PostgresSinkConfig;
+use caudal_operators::redis::RedisSinkConfig;
 use caudal_operators::sinks::{DiscardSink, JsonFileSink, StdoutSink};
 use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
 use caudal_schemas::AvroRecord;
@@ -136,6 +139,27 @@ pub struct KafkaOutput {
     pub transactional_id_prefix: Option<String>,
 }
 
+/// The serving and storage sinks, each optional, besides the main [`SinkKind`].
+#[derive(Debug, Clone, Default)]
+pub struct ServeSinks {
+    /// Readings upserted into `<schema>.sensor_readings` keyed (sensor_id, ts), window
+    /// statistics into `<schema>.window_stats` keyed (sensor_id, window_start). The
+    /// config's `table` and `key` are set per output.
+    pub postgres: Option<PostgresSinkConfig>,
+    /// The latest reading of each sensor as the hash `sensor:{id}`.
+    pub redis: Option<RedisSinkConfig>,
+    /// Readings as Avro files partitioned by date and hour.
+    pub archive: Option<ArchiveConfig>,
+}
+
+/// Tables of the PostgreSQL sinks.
+pub mod tables {
+    /// Processed readings, keyed (sensor_id, ts).
+    pub const READINGS: &str = "sensor_readings";
+    /// Window statistics, keyed (sensor_id, window_start).
+    pub const WINDOWS: &str = "window_stats";
+}
+
 /// The job's settings (from flags in the binary).
 #[derive(Debug, Clone)]
 pub struct TemperatureJob {
@@ -147,6 +171,8 @@ pub struct TemperatureJob {
     pub out_of_orderness: Duration,
     /// The sinks.
     pub sink: SinkKind,
+    /// PostgreSQL, Redis and the archive, when enabled.
+    pub serve: ServeSinks,
 }
 
 /// Names of the job's operators (metrics, progress line, UI).
@@ -165,6 +191,14 @@ pub mod names {
     pub const READINGS_SINK: &str = "readings-sink";
     /// Window statistics sink.
     pub const WINDOWS_SINK: &str = "windows-sink";
+    /// Readings into PostgreSQL.
+    pub const READINGS_POSTGRES: &str = "readings-postgres";
+    /// Window statistics into PostgreSQL.
+    pub const WINDOWS_POSTGRES: &str = "windows-postgres";
+    /// Latest reading per sensor into Redis.
+    pub const READINGS_REDIS: &str = "readings-redis";
+    /// Readings archived as Avro files.
+    pub const READINGS_ARCHIVE: &str = "readings-archive";
 }
 
 impl TemperatureJob {
@@ -203,6 +237,28 @@ impl TemperatureJob {
                 mean_c: w.value.sum / w.value.count.max(1) as f64,
             })
             .name("to-window-stats");
+        if let Some(pg) = &self.serve.postgres {
+            let mut readings_pg = pg.clone();
+            readings_pg.table = tables::READINGS.into();
+            readings_pg.key = vec!["sensor_id".into(), "ts".into()];
+            readings_pg.validate()?;
+            readings.clone().sink(names::READINGS_POSTGRES, move |_| readings_pg.build::<ProcessedReading>());
+            let mut windows_pg = pg.clone();
+            windows_pg.table = tables::WINDOWS.into();
+            windows_pg.key = vec!["sensor_id".into(), "window_start".into()];
+            windows_pg.validate()?;
+            windows.clone().sink(names::WINDOWS_POSTGRES, move |_| windows_pg.build::<WindowStats>());
+        }
+        if let Some(redis) = &self.serve.redis {
+            redis.validate()?;
+            let redis = redis.clone();
+            readings.clone().sink(names::READINGS_REDIS, move |_| redis.build::<ProcessedReading>());
+        }
+        if let Some(archive) = &self.serve.archive {
+            archive.validate()?;
+            let archive = archive.clone();
+            readings.clone().sink(names::READINGS_ARCHIVE, move |_| archive.build::<ProcessedReading>());
+        }
         self.sink(readings, names::READINGS_SINK, "readings", |r| r.sensor_id);
         self.sink(windows, names::WINDOWS_SINK, "windows", |w| w.sensor_id);
         Ok(())

@@ -24,6 +24,7 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
         window: Duration::from_secs(60),
         out_of_orderness: Duration::from_secs(1),
         sink: SinkKind::File(output.to_path_buf()),
+        serve: Default::default(),
     }
 }
 

@@ -249,6 +249,7 @@ fn start_temperature(
             window: Duration::from_secs(5),
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,
+            serve: Default::default(),
         };
         let config =
             JobConfig { parallelism: 2, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };

@@ -83,6 +83,7 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
             window: Duration::from_secs(60),
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,
+            serve: Default::default(),
         }
         .build(&env)?,
         Pipeline::MapFilter => {

@@ -11,9 +11,14 @@ use anyhow::Context;
 use caudal::metrics::{names as metric, OperatorSnapshot};
 use caudal::{JobConfig, StreamEnv};
 use caudal_jobs::produce::Producer;
-use caudal_jobs::temperature::{names, KafkaInput, KafkaOutput, SinkKind, SourceKind, TemperatureJob};
+use caudal_jobs::temperature::{
+    names, KafkaInput, KafkaOutput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
+};
+use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::GeneratorConfig;
 use caudal_operators::kafka::DeliveryGuarantee;
+use caudal_operators::postgres::PostgresSinkConfig;
+use caudal_operators::redis::RedisSinkConfig;
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -170,6 +175,24 @@ struct Args {
     /// Output directory of the file sink.
     #[arg(long, default_value = "data/output")]
     output: PathBuf,
+    /// Also upsert readings and window statistics into PostgreSQL
+    /// (postgres://user[:password]@host:port/database), exactly once per checkpoint.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// Schema of the PostgreSQL tables (created if absent).
+    #[arg(long, value_name = "NAME", default_value = "public")]
+    postgres_schema: String,
+    /// Also keep the latest reading of each sensor in Redis (redis://host:port/) as the
+    /// hash `sensor:{id}`.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Prefix of the Redis hash keys.
+    #[arg(long, value_name = "PREFIX", default_value = "sensor:")]
+    redis_prefix: String,
+    /// Also archive readings as Avro files partitioned date=YYYY-MM-DD/hour=HH/ into a
+    /// directory or s3://bucket/prefix (S3 settings: CAUDAL__S3__* variables).
+    #[arg(long, value_name = "URL")]
+    archive: Option<String>,
     /// Seconds between checkpoints (0 = no checkpoints). Output files are published when a
     /// checkpoint completes.
     #[arg(long, default_value_t = 60.0, value_parser = non_negative)]
@@ -298,6 +321,23 @@ fn main() -> anyhow::Result<()> {
                 },
                 transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
                 transactional_id_prefix: args.transactional_id_prefix.clone(),
+            }),
+        },
+        serve: ServeSinks {
+            postgres: args.postgres.as_ref().map(|url| {
+                let mut pg = PostgresSinkConfig::new(url, "", &[]);
+                pg.schema = args.postgres_schema.clone();
+                pg
+            }),
+            redis: args.redis.as_ref().map(|url| {
+                let mut redis = RedisSinkConfig::new(url);
+                redis.key_prefix = args.redis_prefix.clone();
+                redis
+            }),
+            archive: args.archive.as_ref().map(|url| {
+                let mut archive = ArchiveConfig::new(url);
+                archive.s3 = config.checkpoints.storage.s3.clone();
+                archive
             }),
         },
     };

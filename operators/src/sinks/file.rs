@@ -10,6 +10,7 @@
 //! Readers see only `<dir>/*.jsonl`: each record exactly once, even across kills. Without
 //! checkpointing, or at the end of bounded input, the open file is published at close.
 
+use crate::attempt::id as attempt;
 use caudal::types::MAX_WATERMARK;
 use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
 use serde::{Deserialize, Serialize};
@@ -17,21 +18,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 const IN_PROGRESS: &str = ".inprogress";
-
-/// This process's attempt id: names in-progress files so a restore can tell them apart.
-fn attempt() -> &'static str {
-    static ATTEMPT: OnceLock<String> = OnceLock::new();
-    ATTEMPT.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        format!("{:x}", nanos ^ (u64::from(std::process::id()) << 32))
-    })
-}
 
 /// A pre-committed file waiting for its checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

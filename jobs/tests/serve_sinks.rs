@@ -1,0 +1,385 @@
+//! The temperature job with its PostgreSQL, Redis and archive sinks against the real
+//! services (`scripts/services.sh env`): SIGKILLed at random moments and restored, the
+//! tables, hashes and Avro files equal those of an uninterrupted run; PostgreSQL and Redis
+//! stopped and started again mid-run (private instances on ports of their own), the job
+//! retries, backpressures and ends with the same results.
+//!
+//! Without the services' variables the tests print why and pass, unless
+//! `CAUDAL_REQUIRE_STACK` is set (CI).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn service(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
+            panic!("{var} is not set: run scripts/services.sh start and eval \"$(scripts/services.sh env)\"")
+        }
+        _ => {
+            eprintln!("skipped: {var} is not set; run scripts/services.sh start and eval \"$(scripts/services.sh env)\"");
+            None
+        }
+    }
+}
+
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("t_{what}_{}_{}", std::process::id(), nanos % 1_000_000_000_000)
+}
+
+/// Where one run writes: its own PostgreSQL schema, Redis prefix, archive and output dirs.
+struct Target {
+    pg_url: String,
+    redis_url: String,
+    schema: String,
+    prefix: String,
+    _tmp: tempfile::TempDir,
+    out: PathBuf,
+    ckpt: PathBuf,
+    archive: PathBuf,
+}
+
+impl Target {
+    fn new(what: &str, pg_url: &str, redis_url: &str) -> Target {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = unique(what);
+        Target {
+            pg_url: pg_url.into(),
+            redis_url: redis_url.into(),
+            prefix: format!("{name}:sensor:"),
+            schema: name,
+            out: tmp.path().join("out"),
+            ckpt: tmp.path().join("ckpt"),
+            archive: tmp.path().join("archive"),
+            _tmp: tmp,
+        }
+    }
+
+    /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
+    /// windows, checkpoints every 300 ms, parallelism 2.
+    fn args(&self) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "--sensors",
+            "20",
+            "--records",
+            "6000",
+            "--rate",
+            "75",
+            "--event-interval-ms",
+            "100",
+            "--window-secs",
+            "1",
+            "--seed",
+            "11",
+            "--splits",
+            "6",
+            "--checkpoint-interval",
+            "0.3",
+            "--progress-secs",
+            "0",
+            "--no-ui",
+            "--parallelism",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (flag, value) in [
+            ("--output", self.out.display().to_string()),
+            ("--checkpoint-dir", self.ckpt.display().to_string()),
+            ("--postgres", self.pg_url.clone()),
+            ("--postgres-schema", self.schema.clone()),
+            ("--redis", self.redis_url.clone()),
+            ("--redis-prefix", self.prefix.clone()),
+            ("--archive", self.archive.display().to_string()),
+        ] {
+            a.push(flag.into());
+            a.push(value);
+        }
+        a
+    }
+
+    fn spawn(&self, restore: bool) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+        cmd.args(self.args()).stdout(Stdio::null()).stderr(Stdio::piped());
+        if restore {
+            cmd.args(["--restore", "latest"]);
+        }
+        cmd.spawn().expect("start temperature")
+    }
+
+    fn has_checkpoint(&self) -> bool {
+        std::fs::read_dir(self.ckpt.join("temperature"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().join("_metadata").exists())
+    }
+
+    /// Runs to completion, restoring after each failure.
+    fn finish(&self) {
+        for _ in 0..10 {
+            let (status, err) = wait(self.spawn(self.has_checkpoint()));
+            if status.success() {
+                return;
+            }
+            eprintln!("run failed ({status}), restarting: {err}");
+        }
+        panic!("the job did not finish after 10 restarts");
+    }
+
+    fn results(&self) -> Results {
+        Results {
+            readings: pg_rows(
+                &self.pg_url,
+                &format!(
+                    "SELECT sensor_id, ts, lat, lon, temp_c, temp_f FROM \"{}\".sensor_readings ORDER BY 1, 2",
+                    self.schema
+                ),
+            ),
+            windows: pg_rows(
+                &self.pg_url,
+                &format!(
+                    "SELECT sensor_id, window_start, window_end, count, min_c, max_c, mean_c \
+                     FROM \"{}\".window_stats ORDER BY 1, 2",
+                    self.schema
+                ),
+            ),
+            hashes: redis_hashes(&self.redis_url, &self.prefix),
+            archive: archive(&self.archive),
+        }
+    }
+
+    fn cleanup(&self) {
+        let _ = pg_rows(&self.pg_url, &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
+        if let Ok(mut c) = redis::Client::open(self.redis_url.as_str()).and_then(|c| c.get_connection()) {
+            let keys: Vec<String> =
+                redis::cmd("KEYS").arg(format!("{}*", self.prefix)).query(&mut c).unwrap_or_default();
+            for k in keys {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(k).query(&mut c);
+            }
+        }
+    }
+}
+
+fn wait(child: Child) -> (ExitStatus, String) {
+    let out = child.wait_with_output().expect("wait");
+    (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// Every row as text (floats printed exactly), in the query's order.
+fn pg_rows(url: &str, sql: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let rows = client.simple_query(sql).await.unwrap();
+        rows.iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect::<Vec<_>>().join(" "))
+                }
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+fn redis_hashes(url: &str, prefix: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(&mut c).unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let h: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&k).query(&mut c).unwrap();
+            (k.trim_start_matches(prefix).to_string(), h)
+        })
+        .collect()
+}
+
+/// Partition → the records of all its published files (Avro reader), sorted.
+fn archive(root: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel.starts_with("_inprogress") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else if rel.ends_with(".avro") {
+                let partition = p.parent().unwrap().strip_prefix(root).unwrap().display().to_string();
+                let bytes = std::fs::read(&p).unwrap();
+                let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
+                let records = out.entry(partition).or_default();
+                for v in reader {
+                    let r: caudal_schemas::ProcessedReading = apache_avro::from_value(&v.unwrap()).unwrap();
+                    records.push(format!("{r:?}"));
+                }
+            }
+        }
+    }
+    out.values_mut().for_each(|v| v.sort());
+    out
+}
+
+#[derive(Debug, PartialEq)]
+struct Results {
+    readings: Vec<String>,
+    windows: Vec<String>,
+    hashes: BTreeMap<String, BTreeMap<String, String>>,
+    archive: BTreeMap<String, Vec<String>>,
+}
+
+fn assert_same(got: &Results, want: &Results, what: &str) {
+    assert_eq!(got.readings.len(), want.readings.len(), "{what}: PostgreSQL reading rows");
+    assert!(got.readings == want.readings, "{what}: PostgreSQL readings differ from the clean run");
+    assert_eq!(got.windows.len(), want.windows.len(), "{what}: PostgreSQL window rows");
+    assert!(got.windows == want.windows, "{what}: PostgreSQL windows differ from the clean run");
+    assert_eq!(got.hashes, want.hashes, "{what}: Redis hashes differ from the clean run");
+    let count = |a: &BTreeMap<String, Vec<String>>| a.values().map(Vec::len).sum::<usize>();
+    assert_eq!(
+        got.archive.keys().collect::<Vec<_>>(),
+        want.archive.keys().collect::<Vec<_>>(),
+        "{what}: archive partitions"
+    );
+    assert_eq!(count(&got.archive), count(&want.archive), "{what}: archived records");
+    assert!(got.archive == want.archive, "{what}: archived records differ from the clean run");
+}
+
+/// The uninterrupted run's results (once per test binary, on the shared services).
+fn clean(pg: &str, redis: &str) -> &'static Results {
+    static CLEAN: std::sync::OnceLock<Results> = std::sync::OnceLock::new();
+    CLEAN.get_or_init(|| {
+        let t = Target::new("clean", pg, redis);
+        let (status, err) = wait(t.spawn(false));
+        assert!(status.success(), "clean run failed: {err}");
+        let r = t.results();
+        t.cleanup();
+        assert!(
+            r.readings.len() > 5000 && r.windows.len() > 100,
+            "clean run too small: {} {}",
+            r.readings.len(),
+            r.windows.len()
+        );
+        assert_eq!(r.hashes.len(), 20, "one hash per sensor");
+        assert!(r
+            .hashes
+            .values()
+            .all(|h| ["celsius", "fahrenheit", "lat", "lon", "ts"].iter().all(|f| h.contains_key(*f))));
+        assert_eq!(r.archive.values().map(Vec::len).sum::<usize>(), r.readings.len());
+        r
+    })
+}
+
+/// A tiny deterministic RNG for kill times.
+fn next(seed: &mut u64) -> u64 {
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    *seed >> 33
+}
+
+#[test]
+fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    let t = Target::new("killed", &pg, &redis);
+    let mut seed = 0xdecaf;
+    let mut kills = 0;
+    while kills < 4 {
+        let mut child = t.spawn(t.has_checkpoint());
+        let delay = Duration::from_millis(500 + next(&mut seed) % 1200);
+        let start = Instant::now();
+        while start.elapsed() < delay && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if child.try_wait().unwrap().is_some() {
+            break; // finished before the kill
+        }
+        child.kill().unwrap(); // SIGKILL
+        let (status, _) = wait(child);
+        assert_eq!(status.signal(), Some(9));
+        kills += 1;
+    }
+    assert!(kills >= 2, "the job finished too early to be killed ({kills} kills)");
+    t.finish();
+    let got = t.results();
+    t.cleanup();
+    assert_same(&got, want, &format!("after {kills} kills"));
+}
+
+/// A private PostgreSQL and Redis (scripts/services.sh with a stack dir and ports of their
+/// own), so stopping them disturbs nobody.
+struct PrivateStack {
+    dir: tempfile::TempDir,
+    pg_port: u16,
+    redis_port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl PrivateStack {
+    fn services(&self, cmd: &str) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+        let out = Command::new(script)
+            .args([cmd, "postgres", "redis"])
+            .env("CAUDAL_STACK_DIR", self.dir.path())
+            .env("CAUDAL_POSTGRES_PORT", self.pg_port.to_string())
+            .env("CAUDAL_REDIS_PORT", self.redis_port.to_string())
+            .env("CAUDAL_NO_INSTALL", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "services.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn start() -> PrivateStack {
+        let s =
+            PrivateStack { dir: tempfile::tempdir().unwrap(), pg_port: free_port(), redis_port: free_port() };
+        s.services("start");
+        s
+    }
+
+    fn pg_url(&self) -> String {
+        format!("postgres://caudal@127.0.0.1:{}/caudal", self.pg_port)
+    }
+
+    fn redis_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.redis_port)
+    }
+}
+
+impl Drop for PrivateStack {
+    fn drop(&mut self) {
+        self.services("stop");
+    }
+}
+
+#[test]
+fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothing() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    let stack = PrivateStack::start();
+    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url());
+    let child = t.spawn(false);
+    std::thread::sleep(Duration::from_millis(1500));
+    stack.services("stop");
+    std::thread::sleep(Duration::from_millis(1500));
+    stack.services("start");
+    let (status, err) = wait(child);
+    assert!(status.success(), "the job survives the outage: {err}");
+    assert!(err.contains("retrying"), "the sinks logged their retries: {err}");
+    let got = t.results();
+    assert_same(&got, want, "PostgreSQL and Redis restarted");
+}

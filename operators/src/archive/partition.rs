@@ -1,0 +1,51 @@
+//! Object names of the archive: `date=YYYY-MM-DD/hour=HH/` partitions of event time (UTC).
+
+/// The partition of event time `ts_ms`: `date=2026-01-01/hour=07`.
+pub fn partition(ts_ms: i64) -> String {
+    let secs = ts_ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let hour = secs.rem_euclid(86_400) / 3600;
+    let (y, m, d) = civil_from_days(days);
+    format!("date={y:04}-{m:02}-{d:02}/hour={hour:02}")
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_instants() {
+        assert_eq!(partition(0), "date=1970-01-01/hour=00");
+        assert_eq!(partition(1_767_225_600_000), "date=2026-01-01/hour=00");
+        assert_eq!(partition(1_767_225_600_000 + 7 * 3_600_000 + 59 * 60_000), "date=2026-01-01/hour=07");
+        assert_eq!(partition(951_782_400_000), "date=2000-02-29/hour=00"); // leap day
+        assert_eq!(partition(-1), "date=1969-12-31/hour=23");
+        assert_eq!(partition(4_102_444_799_000), "date=2099-12-31/hour=23");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn consecutive_days_are_consecutive_dates(day in -1_000_000_i64..1_000_000) {
+            let (y0, m0, d0) = civil_from_days(day);
+            let (y1, m1, d1) = civil_from_days(day + 1);
+            let next_day = (y1, m1, d1) == (y0, m0, d0 + 1);
+            let next_month = d1 == 1 && ((y1 == y0 && m1 == m0 + 1) || (y1 == y0 + 1 && m0 == 12 && m1 == 1));
+            proptest::prop_assert!(next_day || next_month, "{day}: {:?} -> {:?}", (y0, m0, d0), (y1, m1, d1));
+        }
+    }
+}

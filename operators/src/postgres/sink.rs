@@ -1,0 +1,609 @@
+//! [`PostgresSink`]: upserts with one prepared transaction per checkpoint epoch.
+//!
+//! Epoch `n` (the records between barriers `n-1` and `n`) is written in one database
+//! transaction on the sink's data connection, `batch_rows` rows per
+//! `INSERT … SELECT * FROM unnest(…) ON CONFLICT (key) DO UPDATE`. At barrier `n` the
+//! transaction records its id in `caudal_sink_epochs` and is prepared
+//! (`PREPARE TRANSACTION`); the id goes into the checkpoint. When `n` completes, a second
+//! (control) connection runs `COMMIT PREPARED`. On restore from `n`, subtask 0 commits
+//! the transactions recorded in `n` (or finds them in `caudal_sink_epochs`, committed) and
+//! rolls back every other prepared transaction of this sink from earlier runs: their
+//! records are replayed. A fresh start rolls back all of them.
+//!
+//! The rows of the open epoch stay in memory until it is prepared: if the connection breaks
+//! mid-epoch (the transaction is gone with it), the sink reconnects with backoff and sends
+//! them again. Meanwhile the task blocks: the job backpressures, nothing is dropped.
+
+use super::buffer::{RowBuffer, Shape};
+use super::client::{block, block_raw, classify, runtime, Connection};
+use super::config::{quote, PostgresSinkConfig};
+use super::row::{to_row, SqlValue};
+use super::txn::{self, EpochIds, EpochSql, PreparedEpoch};
+use crate::retry::Failure;
+use caudal::types::MAX_WATERMARK;
+use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+/// The SQL of the sink's table, derived from the first record.
+#[derive(Debug, Clone)]
+struct TableSql {
+    create: String,
+    upsert: String,
+}
+
+impl TableSql {
+    fn new(schema: &str, table: &str, shape: &Shape, key: &[String]) -> TableSql {
+        let t = format!("{}.{}", quote(schema), quote(table));
+        let columns: Vec<String> = shape.names.iter().map(|n| quote(n)).collect();
+        let defs: Vec<String> = shape
+            .names
+            .iter()
+            .zip(&shape.types)
+            .map(|(n, ty)| format!("{} {} NOT NULL", quote(n), ty.ddl()))
+            .collect();
+        let keys: Vec<String> = key.iter().map(|k| quote(k)).collect();
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {t} ({}, PRIMARY KEY ({}))",
+            defs.join(", "),
+            keys.join(", ")
+        );
+        let unnest: Vec<String> = shape
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| format!("${}::{}", i + 1, ty.array_cast()))
+            .collect();
+        let updates: Vec<String> = shape
+            .names
+            .iter()
+            .filter(|n| !key.iter().any(|k| k == *n))
+            .map(|n| format!("{c} = EXCLUDED.{c}", c = quote(n)))
+            .collect();
+        let action = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let upsert = format!(
+            "INSERT INTO {t} ({}) SELECT * FROM unnest({}) ON CONFLICT ({}) {action}",
+            columns.join(", "),
+            unnest.join(", "),
+            keys.join(", ")
+        );
+        TableSql { create, upsert }
+    }
+}
+
+/// Upserts records of type `T` into a PostgreSQL table, exactly once per checkpoint epoch.
+pub struct PostgresSink<T> {
+    config: PostgresSinkConfig,
+    rt: Option<tokio::runtime::Runtime>,
+    data: Connection,
+    control: Connection,
+    epoch_sql: EpochSql,
+    table: Option<TableSql>,
+    upsert: Option<Statement>,
+    rows: Option<RowBuffer>,
+    row: Vec<(&'static str, SqlValue)>,
+    /// Rows of `rows` sent in the open transaction.
+    sent: usize,
+    /// A transaction is open on the data connection.
+    in_txn: bool,
+    first_unsent: Option<Instant>,
+    pending: Vec<PreparedEpoch>,
+    ids: Option<EpochIds>,
+    what: String,
+    checkpointing: bool,
+    attempt_override: Option<String>,
+    _t: PhantomData<fn(T)>,
+}
+
+impl<T> std::fmt::Debug for PostgresSink<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PostgresSink({}.{})", self.config.schema, self.config.table)
+    }
+}
+
+fn internal(what: &str) -> Failure {
+    Failure::Permanent(format!("internal: {what}"))
+}
+
+/// Runs DDL; a concurrent subtask creating the same object is a reason to look again.
+fn ddl(rt: &tokio::runtime::Runtime, timeout: Duration, client: &Client, sql: &str) -> Result<(), Failure> {
+    match block_raw(rt, timeout, "creating tables", client.batch_execute(sql))? {
+        Ok(()) => Ok(()),
+        Err(e)
+            if [
+                SqlState::UNIQUE_VIOLATION,
+                SqlState::DUPLICATE_TABLE,
+                SqlState::DUPLICATE_SCHEMA,
+                SqlState::DUPLICATE_OBJECT,
+            ]
+            .iter()
+            .any(|s| e.code() == Some(s)) =>
+        {
+            Err(Failure::Transient(format!("creating tables raced with another subtask: {e}")))
+        }
+        Err(e) => Err(classify("creating tables", &e)),
+    }
+}
+
+/// Creates the schema (unless it exists: creating needs a privilege using does not) and
+/// the `caudal_sink_epochs` table.
+fn bookkeeping(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    client: &Client,
+    schema: &str,
+    epoch_sql: &EpochSql,
+) -> Result<(), Failure> {
+    let exists = block(
+        rt,
+        timeout,
+        "looking up the schema",
+        client.query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema]),
+    )?;
+    if exists.is_none() {
+        ddl(rt, timeout, client, &format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)))?;
+    }
+    ddl(rt, timeout, client, &epoch_sql.create)
+}
+
+impl<T> PostgresSink<T> {
+    pub(crate) fn new(config: PostgresSinkConfig, pg: tokio_postgres::Config) -> Self {
+        let timeout = Duration::from_secs(config.timeout_secs);
+        PostgresSink {
+            epoch_sql: EpochSql::new(&config.schema),
+            what: format!("PostgreSQL sink ({}.{})", config.schema, config.table),
+            data: Connection::new(pg.clone(), timeout),
+            control: Connection::new(pg, timeout),
+            config,
+            rt: None,
+            table: None,
+            upsert: None,
+            rows: None,
+            row: Vec::new(),
+            sent: 0,
+            in_txn: false,
+            first_unsent: None,
+            pending: Vec::new(),
+            ids: None,
+            checkpointing: false,
+            attempt_override: None,
+            _t: PhantomData,
+        }
+    }
+
+    fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
+        if self.rt.is_none() {
+            self.rt = Some(runtime().map_err(|e| Error::io("starting the PostgreSQL sink's runtime", e))?);
+        }
+        let database = self.data_config_db();
+        let mut ids = EpochIds::new(
+            &ctx.job_name,
+            &ctx.operator_name,
+            &database,
+            &self.config.schema,
+            &self.config.table,
+            ctx.subtask,
+        );
+        if let Some(a) = &self.attempt_override {
+            ids.attempt = a.clone();
+        }
+        self.ids = Some(ids);
+        self.checkpointing = ctx.checkpointing;
+        self.what = format!(
+            "PostgreSQL sink `{}`[{}] ({}.{})",
+            ctx.operator_name, ctx.subtask, self.config.schema, self.config.table
+        );
+        Ok(())
+    }
+
+    fn data_config_db(&self) -> String {
+        self.config.validate().ok().and_then(|c| c.get_dbname().map(str::to_string)).unwrap_or_default()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.data.timeout()
+    }
+
+    /// Connects the data connection if needed and (re)creates tables and the statement.
+    fn connect_data(&mut self) -> Result<(), Failure> {
+        let rt = self.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+        let timeout = self.data.timeout();
+        let (client, fresh) = self.data.get(rt)?;
+        if !fresh && self.upsert.is_some() {
+            return Ok(());
+        }
+        self.in_txn = false;
+        self.sent = 0;
+        self.upsert = None;
+        bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)?;
+        if let Some(table) = &self.table {
+            ddl(rt, timeout, client, &table.create)?;
+            self.upsert = Some(block(rt, timeout, "preparing the upsert", client.prepare(&table.upsert))?);
+        }
+        Ok(())
+    }
+
+    /// Sends the rows not yet in the open transaction (opening it, and after a reconnect
+    /// sending the whole epoch again).
+    fn try_send(&mut self) -> Result<(), Failure> {
+        self.connect_data()?;
+        let rt = self.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+        let timeout = self.data.timeout();
+        let (client, _) = self.data.get(rt)?;
+        if !self.in_txn {
+            block(rt, timeout, "beginning a transaction", client.batch_execute("BEGIN"))?;
+            self.in_txn = true;
+            self.sent = 0;
+        }
+        let Some(rows) = self.rows.as_ref() else { return Ok(()) };
+        let Some(stmt) = self.upsert.as_ref() else { return Err(internal("no upsert statement")) };
+        while self.sent < rows.len() {
+            let end = (self.sent + self.config.batch_rows).min(rows.len());
+            let distinct = rows.distinct_rows(self.sent..end);
+            let params = rows.params(&distinct);
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
+            block(rt, timeout, "upserting rows", client.execute(stmt, &refs))?;
+            self.sent = end;
+        }
+        Ok(())
+    }
+
+    /// Runs `f`; any failure leaves the data connection (and its transaction) behind.
+    fn on_data<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R, Failure>) -> Result<R, Failure> {
+        let r = f(self);
+        if r.is_err() {
+            self.data.reset();
+            self.upsert = None;
+            self.in_txn = false;
+            self.sent = 0;
+        }
+        r
+    }
+
+    fn control<R>(
+        &mut self,
+        f: impl FnOnce(&tokio::runtime::Runtime, Duration, &Client) -> Result<R, Failure>,
+    ) -> Result<R, Failure> {
+        let rt = self.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+        let timeout = self.control.timeout();
+        let r = match self.control.get(rt) {
+            Ok((client, fresh)) => {
+                let created = if fresh {
+                    bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)
+                } else {
+                    Ok(())
+                };
+                created.and_then(|()| f(rt, timeout, client))
+            }
+            Err(e) => Err(e),
+        };
+        if matches!(r, Err(Failure::Transient(_))) {
+            self.control.reset();
+        }
+        r
+    }
+
+    fn is_prepared(&mut self, gid: &str) -> Result<bool, Failure> {
+        self.control(|rt, timeout, c| {
+            let row = block(
+                rt,
+                timeout,
+                "looking up prepared transactions",
+                c.query_opt("SELECT 1 FROM pg_prepared_xacts WHERE gid = $1", &[&gid]),
+            )?;
+            Ok(row.is_some())
+        })
+    }
+
+    /// `COMMIT PREPARED`; a transaction already gone must be in `caudal_sink_epochs`.
+    fn commit_prepared(&mut self, epoch: &PreparedEpoch) -> Result<(), Failure> {
+        let committed_sql = self.epoch_sql.committed.clone();
+        self.control(|rt, timeout, c| {
+            match block_raw(rt, timeout, "committing", c.batch_execute(&txn::commit(&epoch.gid)))? {
+                Ok(()) => Ok(()),
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
+                    let done = block(rt, timeout, "looking up committed epochs", c.query_opt(&committed_sql, &[&epoch.gid]))?;
+                    if done.is_some() {
+                        Ok(())
+                    } else {
+                        Err(Failure::Permanent(format!(
+                            "prepared transaction {} of checkpoint {} is gone and was never committed: its rows are \
+                             lost (rolled back by hand, or another job with the same name writes this table?)",
+                            epoch.gid, epoch.checkpoint
+                        )))
+                    }
+                }
+                Err(e) => Err(classify("committing", &e)),
+            }
+        })
+    }
+
+    fn retry<R>(
+        &mut self,
+        doing: &str,
+        mut f: impl FnMut(&mut Self, u32) -> Result<R, Failure>,
+    ) -> Result<R> {
+        let policy = self.config.retry.clone();
+        let what = format!("{}: {doing}", self.what);
+        policy.run(&what, |n| f(self, n))
+    }
+
+    /// Sends waiting rows; without checkpoints also commits them.
+    fn flush(&mut self) -> Result<()> {
+        let autocommit = !self.checkpointing;
+        let unsent = self.rows.as_ref().map_or(0, |r| r.len() - self.sent);
+        if unsent == 0 && !(autocommit && self.in_txn) {
+            self.first_unsent = None;
+            return Ok(());
+        }
+        self.retry("writing rows", |s, _| {
+            s.on_data(|s| {
+                s.try_send()?;
+                if autocommit {
+                    s.commit_open()?;
+                }
+                Ok(())
+            })
+        })?;
+        self.first_unsent = None;
+        if autocommit {
+            self.clear_epoch();
+        }
+        Ok(())
+    }
+
+    /// `COMMIT` of the open transaction (no checkpoints, or the end of the input).
+    fn commit_open(&mut self) -> Result<(), Failure> {
+        let rt = self.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+        let timeout = self.data.timeout();
+        let (client, _) = self.data.get(rt)?;
+        block(rt, timeout, "committing", client.batch_execute("COMMIT"))?;
+        self.in_txn = false;
+        Ok(())
+    }
+
+    fn clear_epoch(&mut self) {
+        if let Some(rows) = self.rows.as_mut() {
+            rows.clear();
+        }
+        self.sent = 0;
+        self.in_txn = false;
+    }
+
+    fn commit_up_to(&mut self, checkpoint: u64) -> Result<()> {
+        let due: Vec<PreparedEpoch> =
+            self.pending.iter().filter(|p| p.checkpoint <= checkpoint).cloned().collect();
+        for (i, epoch) in due.iter().enumerate() {
+            self.retry(&format!("committing checkpoint {}", epoch.checkpoint), |s, _| {
+                s.commit_prepared(epoch)
+            })?;
+            self.pending.retain(|p| p.gid != epoch.gid);
+            if i == 0 {
+                crash::point(crash::DURING_SINK_COMMIT, CheckpointId(epoch.checkpoint));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits `keep` (the epochs of the restored checkpoint) and rolls back every other
+    /// prepared transaction of this sink left by earlier runs.
+    fn recover(&mut self, keep: &[PreparedEpoch]) -> Result<()> {
+        let prefix = self.ids.as_ref().map(|i| i.prefix.clone()).unwrap_or_default();
+        let prepared_sql = self.epoch_sql.prepared;
+        let lingering: Vec<String> = self.retry("listing prepared transactions", |s, _| {
+            s.control(|rt, timeout, c| {
+                let rows =
+                    block(rt, timeout, "listing prepared transactions", c.query(prepared_sql, &[&prefix]))?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+            })
+        })?;
+        let keep_ids: HashSet<&str> = keep.iter().map(|p| p.gid.as_str()).collect();
+        for epoch in keep {
+            self.retry(&format!("committing restored checkpoint {}", epoch.checkpoint), |s, _| {
+                s.commit_prepared(epoch)
+            })?;
+        }
+        let stale: Vec<String> = lingering
+            .into_iter()
+            .filter(|g| !keep_ids.contains(g.as_str()) && !self.is_this_attempt(g))
+            .collect();
+        for gid in &stale {
+            self.retry("rolling back a newer epoch", |s, _| {
+                s.control(|rt, timeout, c| {
+                    match block_raw(rt, timeout, "rolling back", c.batch_execute(&txn::rollback(gid)))? {
+                        Ok(()) => Ok(()),
+                        Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => Ok(()),
+                        Err(e) => Err(classify("rolling back", &e)),
+                    }
+                })
+            })?;
+            eprintln!("caudal: {}: rolled back {gid} (newer than the restored checkpoint)", self.what);
+        }
+        Ok(())
+    }
+
+    fn is_this_attempt(&self, gid: &str) -> bool {
+        self.ids.as_ref().is_some_and(|i| i.is_this_attempt(gid))
+    }
+
+    /// Tests: act as another run of the job.
+    #[cfg(test)]
+    pub(crate) fn set_attempt(&mut self, attempt: &str) {
+        self.attempt_override = Some(attempt.to_string());
+        if let Some(ids) = self.ids.as_mut() {
+            ids.attempt = attempt.to_string();
+        }
+    }
+
+    fn snapshot(&self) -> Result<Option<Vec<u8>>> {
+        serde_json::to_vec(&self.pending)
+            .map(Some)
+            .map_err(|e| Error::Operator(format!("{}: encoding pre-commit state: {e}", self.what)))
+    }
+}
+
+impl<T: Data + Serialize> Sink for PostgresSink<T> {
+    type In = T;
+
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        self.init(ctx)?;
+        if ctx.subtask != 0 {
+            return Ok(());
+        }
+        let restored = ctx.restored_checkpoint.map_or(0, |c| c.0);
+        let mut keep = Vec::new();
+        for blob in snapshots {
+            let epochs: Vec<PreparedEpoch> = serde_json::from_slice(&blob)
+                .map_err(|e| Error::Operator(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
+            keep.extend(epochs.into_iter().filter(|p| p.checkpoint <= restored));
+        }
+        self.recover(&keep)
+    }
+
+    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.init(ctx)?;
+        if ctx.restored_checkpoint.is_none() && ctx.checkpointing && ctx.subtask == 0 {
+            // A fresh start: transactions prepared by earlier runs belong to nobody.
+            self.recover(&[])?;
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for r in &batch {
+            self.row.clear();
+            to_row(&r.value, &mut self.row).map_err(|e| Error::Operator(format!("{}: {e}", self.what)))?;
+            if self.rows.is_none() {
+                let shape = Shape::of(&self.row);
+                let mut key = Vec::new();
+                for k in &self.config.key {
+                    let i = shape.names.iter().position(|n| n == k).ok_or_else(|| {
+                        Error::config(
+                            "postgres.key",
+                            format!("column `{k}` is not a field of the record ({})", shape.names.join(", ")),
+                        )
+                    })?;
+                    key.push(i);
+                }
+                self.table =
+                    Some(TableSql::new(&self.config.schema, &self.config.table, &shape, &self.config.key));
+                self.rows = Some(RowBuffer::new(shape, key));
+            }
+            if let Some(rows) = self.rows.as_mut() {
+                rows.push(&mut self.row).map_err(|e| Error::Operator(format!("{}: {e}", self.what)))?;
+            }
+        }
+        let waiting = self.rows.as_ref().map_or(0, |r| r.len() - self.sent);
+        let first = *self.first_unsent.get_or_insert_with(Instant::now);
+        if waiting >= self.config.batch_rows
+            || first.elapsed() >= Duration::from_millis(self.config.linger_ms)
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn pre_commit(
+        &mut self,
+        checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        if !self.checkpointing {
+            self.flush()?;
+            return Ok(None);
+        }
+        if self.rows.as_ref().is_some_and(|r| !r.is_empty()) {
+            let gid = self.ids.as_ref().map(|i| i.gid(checkpoint.0)).unwrap_or_default();
+            let (sink, subtask) =
+                self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
+            let record = self.epoch_sql.record.clone();
+            let n = checkpoint.0 as i64;
+            self.retry(&format!("preparing checkpoint {}", checkpoint.0), |s, attempt| {
+                if attempt > 0 && s.is_prepared(&gid)? {
+                    return Ok(());
+                }
+                s.on_data(|s| {
+                    s.try_send()?;
+                    let rt = s.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+                    let timeout = s.timeout();
+                    let (client, _) = s.data.get(rt)?;
+                    block(
+                        rt,
+                        timeout,
+                        "recording the epoch",
+                        client.execute(&record, &[&gid, &sink, &subtask, &n]),
+                    )?;
+                    block(
+                        rt,
+                        timeout,
+                        "preparing the transaction",
+                        client.batch_execute(&txn::prepare(&gid)),
+                    )?;
+                    Ok(())
+                })
+            })?;
+            self.pending.push(PreparedEpoch { checkpoint: checkpoint.0, gid });
+            self.clear_epoch();
+            self.first_unsent = None;
+        }
+        self.snapshot()
+    }
+
+    fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
+        self.commit_up_to(checkpoint.0)
+    }
+
+    fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        let end_of_input = ctx.watermark == MAX_WATERMARK;
+        if self.checkpointing && !end_of_input {
+            // Stopped or cancelled: the open transaction dies with the connection, prepared
+            // ones wait for the restore.
+            self.data.reset();
+            return Ok(());
+        }
+        self.commit_up_to(u64::MAX)?;
+        if self.checkpointing {
+            // Rows after the last barrier (the final checkpoint normally leaves none).
+            self.checkpointing = false;
+        }
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::row::SqlType;
+
+    #[test]
+    fn upsert_sql_from_the_shape() {
+        let shape = Shape {
+            names: vec!["sensor_id", "ts", "temp_c"],
+            types: vec![SqlType::BigInt, SqlType::BigInt, SqlType::Double],
+        };
+        let sql = TableSql::new("s", "r", &shape, &["sensor_id".into(), "ts".into()]);
+        assert_eq!(
+            sql.create,
+            "CREATE TABLE IF NOT EXISTS \"s\".\"r\" (\"sensor_id\" BIGINT NOT NULL, \"ts\" BIGINT NOT NULL, \
+             \"temp_c\" DOUBLE PRECISION NOT NULL, PRIMARY KEY (\"sensor_id\", \"ts\"))"
+        );
+        assert_eq!(
+            sql.upsert,
+            "INSERT INTO \"s\".\"r\" (\"sensor_id\", \"ts\", \"temp_c\") SELECT * FROM unnest($1::int8[], $2::int8[], \
+             $3::float8[]) ON CONFLICT (\"sensor_id\", \"ts\") DO UPDATE SET \"temp_c\" = EXCLUDED.\"temp_c\""
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! The PostgreSQL sink against the real database (`CAUDAL_POSTGRES_URL`): epochs visible
+//! on completion, restore commits what the checkpoint recorded and rolls back what is
+//! newer, a lost epoch fails loudly, a fresh start clears earlier runs, permanent
+//! failures name the sink.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{PostgresSink, PostgresSinkConfig};
+use crate::test_stack::{context, service, unique};
+use caudal::{CheckpointId, Record, Sink};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Reading {
+    sensor_id: u64,
+    ts: i64,
+    temp_c: f64,
+}
+
+fn reading(sensor_id: u64, ts: i64, temp_c: f64) -> Record<Reading> {
+    Record::new(ts, Reading { sensor_id, ts, temp_c })
+}
+
+/// A schema of its own for each test, and a client to look at it.
+struct Db {
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    url: String,
+    schema: String,
+}
+
+impl Db {
+    fn open(what: &str) -> Option<Db> {
+        let url = service("CAUDAL_POSTGRES_URL")?;
+        let rt = super::client::runtime().unwrap();
+        let (client, conn) = rt.block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls)).unwrap();
+        rt.spawn(async move {
+            let _ = conn.await;
+        });
+        Some(Db { rt, client, url, schema: unique(what) })
+    }
+
+    fn config(&self) -> PostgresSinkConfig {
+        let mut c = PostgresSinkConfig::new(&self.url, "readings", &["sensor_id", "ts"]);
+        c.schema = self.schema.clone();
+        c.batch_rows = 3;
+        c
+    }
+
+    fn sink(&self, attempt: &str) -> PostgresSink<Reading> {
+        let mut s = self.config().build::<Reading>().unwrap();
+        s.set_attempt(attempt);
+        s
+    }
+
+    fn rows(&self) -> Vec<(i64, i64, f64)> {
+        let sql = format!("SELECT sensor_id, ts, temp_c FROM \"{}\".readings ORDER BY 1, 2", self.schema);
+        match self.rt.block_on(self.client.query(&sql, &[])) {
+            Ok(rows) => rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect(),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => Vec::new(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn prepared(&self) -> Vec<String> {
+        let rows = self
+            .rt
+            .block_on(self.client.query(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1",
+                &[&format!("%{}%", self.job())],
+            ))
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    /// The job name: unique per test, so prepared transactions of concurrent tests differ.
+    fn job(&self) -> String {
+        self.schema.clone()
+    }
+
+    fn execute(&self, sql: &str) {
+        self.rt.block_on(self.client.batch_execute(sql)).unwrap();
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        for gid in self.prepared() {
+            let _ = self.rt.block_on(self.client.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")));
+        }
+        let _ = self.rt.block_on(
+            self.client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema)),
+        );
+    }
+}
+
+#[test]
+fn an_epoch_becomes_visible_when_its_checkpoint_completes_and_upserts_replace() {
+    let Some(db) = Db::open("pg_visible") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    let mut sink = db.sink("a1");
+    sink.on_start(&mut ctx).unwrap();
+    sink.write_batch((0..5).map(|i| reading(1, i, i as f64)).collect(), &mut ctx).unwrap();
+    sink.write_batch(vec![reading(2, 0, 20.0)], &mut ctx).unwrap();
+    assert_eq!(db.rows(), vec![], "nothing is visible before the checkpoint");
+    sink.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    assert_eq!(db.rows(), vec![], "prepared is not committed");
+    assert_eq!(db.prepared().len(), 1);
+    sink.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
+    assert_eq!(db.rows().len(), 6);
+    assert!(db.prepared().is_empty());
+    // The next epoch updates a row and adds one; a key twice in one batch keeps the last.
+    sink.write_batch(vec![reading(2, 0, 21.0), reading(2, 0, 22.0), reading(3, 9, 30.0)], &mut ctx).unwrap();
+    sink.pre_commit(CheckpointId(2), &mut ctx).unwrap();
+    sink.on_checkpoint_complete(CheckpointId(2), &mut ctx).unwrap();
+    let rows = db.rows();
+    assert_eq!(rows.len(), 7);
+    assert!(rows.contains(&(2, 0, 22.0)) && rows.contains(&(3, 9, 30.0)));
+    let epochs: i64 = db
+        .rt
+        .block_on(
+            db.client.query_one(&format!("SELECT count(*) FROM \"{}\".caudal_sink_epochs", db.schema), &[]),
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(epochs, 2, "one bookkeeping row per committed epoch");
+}
+
+#[test]
+fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
+    let Some(db) = Db::open("pg_restore") else { return };
+    // Run a1: epoch 1 prepared and recorded in checkpoint 1, epoch 2 prepared in a
+    // checkpoint that never completed; then the process dies.
+    let mut ctx = context(&db.job(), 0, None);
+    let mut a = db.sink("a1");
+    a.on_start(&mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 1, 1.0), reading(1, 2, 2.0)], &mut ctx).unwrap();
+    let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
+    a.write_batch(vec![reading(1, 3, 3.0)], &mut ctx).unwrap();
+    a.pre_commit(CheckpointId(2), &mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 4, 4.0)], &mut ctx).unwrap(); // open, never prepared
+    drop(a);
+    assert_eq!(db.prepared().len(), 2);
+    // Run b1 restores checkpoint 1: epoch 1 committed, epoch 2 rolled back.
+    let mut ctx = context(&db.job(), 0, Some(1));
+    let mut b = db.sink("b1");
+    b.restore(vec![chk1.clone()], &mut ctx).unwrap();
+    b.on_start(&mut ctx).unwrap();
+    assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
+    assert!(db.prepared().is_empty(), "newer epochs rolled back: {:?}", db.prepared());
+    // Restoring the same checkpoint again (a crash during the restore) changes nothing.
+    let mut c = db.sink("c1");
+    c.restore(vec![chk1], &mut ctx).unwrap();
+    assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
+}
+
+#[test]
+fn a_recorded_epoch_that_was_rolled_back_fails_the_restore_loudly() {
+    let Some(db) = Db::open("pg_lost") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    let mut a = db.sink("a1");
+    a.on_start(&mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
+    let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
+    drop(a);
+    for gid in db.prepared() {
+        db.execute(&format!("ROLLBACK PREPARED '{gid}'"));
+    }
+    let mut ctx = context(&db.job(), 0, Some(1));
+    let e = db.sink("b1").restore(vec![chk1], &mut ctx).unwrap_err().to_string();
+    assert!(e.contains("PostgreSQL sink") && e.contains("lost"), "{e}");
+}
+
+#[test]
+fn a_fresh_start_rolls_back_what_earlier_runs_prepared() {
+    let Some(db) = Db::open("pg_fresh") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    let mut a = db.sink("a1");
+    a.on_start(&mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
+    a.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    drop(a);
+    assert_eq!(db.prepared().len(), 1);
+    let mut b = db.sink("b1");
+    b.on_start(&mut ctx).unwrap();
+    assert!(db.prepared().is_empty());
+    // b1 writes the same key: it is not blocked by a1's lock.
+    b.write_batch(vec![reading(1, 1, 5.0)], &mut ctx).unwrap();
+    b.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    b.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
+    assert_eq!(db.rows(), vec![(1, 1, 5.0)]);
+}
+
+#[test]
+fn without_checkpoints_rows_are_committed_as_they_are_sent() {
+    let Some(db) = Db::open("pg_auto") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    ctx.checkpointing = false;
+    let mut s = db.sink("a1");
+    s.on_start(&mut ctx).unwrap();
+    s.write_batch((0..4).map(|i| reading(1, i, 0.0)).collect(), &mut ctx).unwrap(); // > batch_rows: sent
+    assert_eq!(db.rows().len(), 4);
+    s.write_batch(vec![reading(2, 0, 0.0)], &mut ctx).unwrap();
+    s.on_close(&mut ctx).unwrap();
+    assert_eq!(db.rows().len(), 5);
+}
+
+#[test]
+fn an_unknown_role_fails_at_once_naming_the_sink_and_the_cause() {
+    let Some(db) = Db::open("pg_auth") else { return };
+    let mut config = db.config();
+    let mut pg: tokio_postgres::Config = db.url.parse().unwrap();
+    pg.user("no_such_role_caudal");
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    config.url = format!(
+        "postgres://no_such_role_caudal@{host}:{}/{}",
+        pg.get_ports().first().copied().unwrap_or(5432),
+        pg.get_dbname().unwrap()
+    );
+    let mut sink = config.build::<Reading>().unwrap();
+    let mut ctx = context(&db.job(), 0, None);
+    let e = sink.on_start(&mut ctx).unwrap_err().to_string();
+    assert!(e.contains("PostgreSQL sink") && e.contains("no_such_role_caudal"), "{e}");
+}
+
+#[test]
+fn a_record_that_does_not_fit_the_key_is_a_configuration_error() {
+    let Some(db) = Db::open("pg_key") else { return };
+    let mut config = db.config();
+    config.key = vec!["nope".into()];
+    let mut sink = config.build::<Reading>().unwrap();
+    let mut ctx = context(&db.job(), 0, None);
+    sink.on_start(&mut ctx).unwrap();
+    let e = sink.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap_err().to_string();
+    assert!(e.contains("postgres.key") && e.contains("nope"), "{e}");
+}

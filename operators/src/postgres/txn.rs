@@ -1,0 +1,146 @@
+//! Prepared transactions of the PostgreSQL sink: their ids, the `caudal_sink_epochs`
+//! bookkeeping table and the SQL that prepares, commits, rolls back and looks them up.
+//!
+//! A sink subtask writes the rows of checkpoint epoch `n` in one transaction named
+//! `<job>-<operator>-<target>-<subtask>-<n>-<attempt>` (`target` a hash of database,
+//! schema and table; `attempt` this process). The same transaction inserts the id into
+//! `caudal_sink_epochs`, so once it commits the database itself says so: on restore a
+//! recorded id that is neither prepared nor in the table was lost, and the sink fails
+//! loudly instead of silently missing an epoch.
+
+use super::config::quote;
+use serde::{Deserialize, Serialize};
+
+/// The bookkeeping table (in the sink's schema).
+pub const EPOCHS_TABLE: &str = "caudal_sink_epochs";
+
+/// A prepared epoch waiting for its checkpoint to complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PreparedEpoch {
+    /// The checkpoint whose barrier closed the epoch.
+    pub checkpoint: u64,
+    /// The prepared transaction's id.
+    pub gid: String,
+}
+
+/// Names of one sink subtask's transactions.
+#[derive(Debug, Clone)]
+pub(crate) struct EpochIds {
+    /// Every transaction of this sink (all subtasks, all attempts) starts with this.
+    pub prefix: String,
+    /// `<job>/<operator> → schema.table`, stored with each epoch.
+    pub sink: String,
+    pub subtask: u32,
+    /// This run of the job ([`crate::attempt::id`]).
+    pub attempt: String,
+}
+
+fn clean(s: &str, max: usize) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' })
+        .take(max)
+        .collect()
+}
+
+/// FNV-1a, folded to 32 bits: a short stable hash of the target.
+fn short_hash(s: &str) -> u32 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h ^ (h >> 32)) as u32
+}
+
+impl EpochIds {
+    pub(crate) fn new(
+        job: &str,
+        operator: &str,
+        database: &str,
+        schema: &str,
+        table: &str,
+        subtask: u32,
+    ) -> Self {
+        let target = format!("{database}/{schema}.{table}");
+        EpochIds {
+            prefix: format!(
+                "{}-{}-{:08x}-",
+                clean(job, 60),
+                clean(operator, 60),
+                short_hash(&format!("{job}/{operator}/{target}"))
+            ),
+            sink: format!("{job}/{operator} -> {schema}.{table}"),
+            subtask,
+            attempt: crate::attempt::id().to_string(),
+        }
+    }
+
+    /// The transaction of `checkpoint`'s epoch in this process.
+    pub(crate) fn gid(&self, checkpoint: u64) -> String {
+        format!("{}{}-{}-{}", self.prefix, self.subtask, checkpoint, self.attempt)
+    }
+
+    /// True for the transactions of this run.
+    pub(crate) fn is_this_attempt(&self, gid: &str) -> bool {
+        gid.ends_with(&format!("-{}", self.attempt))
+    }
+}
+
+/// The SQL of the bookkeeping, for the sink's schema.
+#[derive(Debug, Clone)]
+pub(crate) struct EpochSql {
+    pub create: String,
+    pub record: String,
+    pub committed: String,
+    pub prepared: &'static str,
+}
+
+impl EpochSql {
+    pub(crate) fn new(schema: &str) -> Self {
+        let t = format!("{}.{}", quote(schema), quote(EPOCHS_TABLE));
+        EpochSql {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (gid TEXT PRIMARY KEY, sink TEXT NOT NULL, \
+                 subtask INTEGER NOT NULL, checkpoint BIGINT NOT NULL, written_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            ),
+            record: format!("INSERT INTO {t} (gid, sink, subtask, checkpoint) VALUES ($1, $2, $3, $4)"),
+            committed: format!("SELECT 1 FROM {t} WHERE gid = $1"),
+            prepared: "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, $1)",
+        }
+    }
+}
+
+/// `PREPARE TRANSACTION '<gid>'` (ids hold only `[A-Za-z0-9_.-]`).
+pub(crate) fn prepare(gid: &str) -> String {
+    format!("PREPARE TRANSACTION '{}'", gid.replace('\'', "''"))
+}
+
+/// `COMMIT PREPARED '<gid>'`.
+pub(crate) fn commit(gid: &str) -> String {
+    format!("COMMIT PREPARED '{}'", gid.replace('\'', "''"))
+}
+
+/// `ROLLBACK PREPARED '<gid>'`.
+pub(crate) fn rollback(gid: &str) -> String {
+    format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_share_the_sink_prefix_and_fit_postgres() {
+        let a = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 0);
+        let b = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 3);
+        let other = EpochIds::new("temperature", "readings-sink", "caudal", "test_1", "readings", 0);
+        assert_eq!(a.prefix, b.prefix);
+        assert_ne!(a.prefix, other.prefix);
+        let gid = b.gid(17);
+        assert!(gid.starts_with(&a.prefix) && gid.contains("-3-17-"), "{gid}");
+        assert!(b.is_this_attempt(&gid) && a.is_this_attempt(&gid));
+        let long = EpochIds::new(&"j".repeat(300), &"o o".repeat(100), "d", "s", "t", 9);
+        assert!(long.gid(u64::MAX).len() < 200);
+        assert!(long.gid(1).chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)));
+    }
+}

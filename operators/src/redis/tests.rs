@@ -1,0 +1,113 @@
+//! The Redis sink against the real server (`CAUDAL_REDIS_URL`): forward-only in event
+//! time, newest of a batch wins, a forgotten script is reloaded, a wrong password fails
+//! at once naming the sink.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{HashFields, RedisHash, RedisSink, RedisSinkConfig};
+use crate::test_stack::{context, service, unique};
+use caudal::{Record, Sink};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Reading {
+    sensor_id: u64,
+    ts: i64,
+    temp_c: f64,
+}
+
+impl RedisHash for Reading {
+    fn key(&self) -> String {
+        self.sensor_id.to_string()
+    }
+    fn event_time(&self) -> i64 {
+        self.ts
+    }
+    fn fields(&self, out: &mut HashFields) {
+        out.push(("celsius", self.temp_c.to_string()));
+    }
+}
+
+fn reading(sensor_id: u64, ts: i64, temp_c: f64) -> Record<Reading> {
+    Record::new(ts, Reading { sensor_id, ts, temp_c })
+}
+
+struct Setup {
+    url: String,
+    prefix: String,
+    conn: ::redis::Connection,
+}
+
+fn setup(what: &str) -> Option<Setup> {
+    let url = service("CAUDAL_REDIS_URL")?;
+    let conn = ::redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    Some(Setup { url, prefix: format!("{}:sensor:", unique(what)), conn })
+}
+
+impl Setup {
+    fn sink(&self) -> RedisSink<Reading> {
+        let mut c = RedisSinkConfig::new(&self.url);
+        c.key_prefix = self.prefix.clone();
+        let mut sink = c.build::<Reading>().unwrap();
+        sink.on_start(&mut context("redis-test", 0, None)).unwrap();
+        sink
+    }
+
+    fn hash(&mut self, id: u64) -> HashMap<String, String> {
+        ::redis::cmd("HGETALL").arg(format!("{}{id}", self.prefix)).query(&mut self.conn).unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let keys: Vec<String> =
+            ::redis::cmd("KEYS").arg(format!("{}*", self.prefix)).query(&mut self.conn).unwrap_or_default();
+        for k in keys {
+            let _: Result<(), _> = ::redis::cmd("DEL").arg(k).query(&mut self.conn);
+        }
+    }
+}
+
+#[test]
+fn a_hash_only_moves_forward_in_event_time() {
+    let Some(mut s) = setup("redis_forward") else { return };
+    let mut sink = s.sink();
+    let mut ctx = context("redis-test", 0, None);
+    sink.write_batch(vec![reading(1, 5_000, 20.0), reading(2, 1_000, 10.0)], &mut ctx).unwrap();
+    sink.write_batch(vec![reading(1, 3_000, 99.0)], &mut ctx).unwrap(); // a replay of older data
+    let h = s.hash(1);
+    assert_eq!((h["ts"].as_str(), h["celsius"].as_str()), ("5000", "20"));
+    sink.write_batch(vec![reading(1, 7_000, 21.5)], &mut ctx).unwrap();
+    let h = s.hash(1);
+    assert_eq!((h["ts"].as_str(), h["celsius"].as_str()), ("7000", "21.5"));
+    assert_eq!(s.hash(2)["ts"], "1000");
+}
+
+#[test]
+fn the_newest_record_of_a_batch_wins_whatever_its_position() {
+    let Some(mut s) = setup("redis_batch") else { return };
+    let mut sink = s.sink();
+    let mut ctx = context("redis-test", 0, None);
+    sink.write_batch(vec![reading(1, 9, 9.0), reading(1, 4, 4.0), reading(1, 7, 7.0)], &mut ctx).unwrap();
+    assert_eq!(s.hash(1)["celsius"], "9");
+}
+
+#[test]
+fn a_forgotten_script_is_loaded_again() {
+    let Some(mut s) = setup("redis_noscript") else { return };
+    let mut sink = s.sink();
+    let mut ctx = context("redis-test", 0, None);
+    // A restarted Redis has no scripts; SCRIPT FLUSH does the same to this server.
+    let () = ::redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.conn).unwrap();
+    sink.write_batch(vec![reading(3, 1, 1.0)], &mut ctx).unwrap();
+    assert_eq!(s.hash(3)["ts"], "1");
+}
+
+#[test]
+fn a_wrong_password_fails_at_once_naming_the_sink() {
+    let Some(s) = setup("redis_auth") else { return };
+    let url = s.url.replacen("redis://", "redis://nobody:wrong@", 1);
+    let mut sink = RedisSinkConfig::new(url).build::<Reading>().unwrap();
+    let e = sink.on_start(&mut context("redis-test", 0, None)).unwrap_err().to_string();
+    assert!(e.contains("Redis sink") && e.to_lowercase().contains("pass"), "{e}");
+}
