@@ -5,3 +5,4 @@
 
 pub mod produce;
 pub mod temperature;
+pub mod user_interactions;

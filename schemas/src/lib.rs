@@ -49,7 +49,9 @@ pub use apache_avro::Schema;
 pub use codec::{parse_schema, AvroRecord};
 pub use compat::{check, check_backward, check_forward, CompatibilityLevel, Incompatibility};
 pub use error::{DecodeError, Error, RegistryError, Result};
-pub use records::{EventType, ProcessedReading, SensorReading, UserInteraction, WindowStats};
+pub use records::{
+    EventType, ProcessedReading, SensorReading, UserInteraction, UserInteractionCount, WindowStats,
+};
 pub use registry::{subject_for_topic, InMemorySchemaStore, RegistryClient, SchemaStore};
 pub use serdes::{Deserializer, Serializer};
 pub use wire::{encode_framed, parse_frame, Frame};

@@ -22,6 +22,8 @@ pub const PROCESSED_READING_AVSC: &str = include_str!("../avro/processed_reading
 pub const WINDOW_STATS_AVSC: &str = include_str!("../avro/window_stats.avsc");
 /// `schemas/avro/user_interaction.avsc`.
 pub const USER_INTERACTION_AVSC: &str = include_str!("../avro/user_interaction.avsc");
+/// `schemas/avro/user_interaction_count.avsc`.
+pub const USER_INTERACTION_COUNT_AVSC: &str = include_str!("../avro/user_interaction_count.avsc");
 
 /// A raw reading in °F (`io.caudal.SensorReading`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -263,5 +265,49 @@ impl AvroRecord for UserInteraction {
             _ => Some(get_string(buf)?),
         };
         Ok(Self { user_id, event_type, ts, page_url })
+    }
+}
+
+/// Interactions of one user and kind in a window (`io.caudal.UserInteractionCount`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInteractionCount {
+    /// User identifier; the Kafka record key.
+    pub user_id: String,
+    /// What the user did.
+    pub event_type: EventType,
+    /// Window start, inclusive, ms since the Unix epoch.
+    pub window_start: i64,
+    /// Window end, exclusive, ms since the Unix epoch.
+    pub window_end: i64,
+    /// Interactions in the window.
+    pub count: i64,
+}
+
+impl AvroRecord for UserInteractionCount {
+    fn schema_json() -> &'static str {
+        USER_INTERACTION_COUNT_AVSC
+    }
+
+    fn schema() -> &'static Schema {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        SCHEMA.get_or_init(|| parse_embedded(USER_INTERACTION_COUNT_AVSC))
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_string(out, &self.user_id);
+        put_long(out, self.event_type.index());
+        put_long(out, self.window_start);
+        put_long(out, self.window_end);
+        put_long(out, self.count);
+    }
+
+    fn decode(buf: &mut &[u8]) -> Result<Self> {
+        Ok(Self {
+            user_id: get_string(buf)?,
+            event_type: EventType::ALL[get_index(buf, EventType::ALL.len(), "enum")?],
+            window_start: get_long(buf)?,
+            window_end: get_long(buf)?,
+            count: get_long(buf)?,
+        })
     }
 }

@@ -189,16 +189,19 @@ impl RegistryClient {
         }
         let body = json!({ "schema": schema_json });
         let path = format!("/subjects/{}/versions", encode_segment(subject));
-        let mut attempt = 0;
+        // Registering is idempotent, so a failed attempt is simply made again: Apicurio's
+        // ccompat API loses races between concurrent first registrations of one subject or
+        // one schema (409 "already exists", or 500 from a unique-key violation), and any
+        // registry may answer 5xx or time out for a moment.
+        let mut attempt = 0u32;
         let resp: IdResponse = loop {
             match self.request(Method::Post(&body), &path) {
-                // Apicurio's ccompat API races its own "create the subject" path against a
-                // concurrent first registration (seen on a freshly started registry) and
-                // answers 409 "already exists"; the subject exists by then, so asking again
-                // takes the "add a version" path and answers with the id.
-                Err(Error::Registry(e)) if attempt < 3 && e.is_subject_create_race() => attempt += 1,
+                Err(Error::Registry(e)) if attempt < 5 && e.is_subject_create_race() => {}
+                Err(e) if attempt < 5 && e.is_retryable() => {}
                 other => break other?,
             }
+            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+            attempt += 1;
         };
         self.ids_by_subject_schema.write().insert(key, resp.id);
         Ok(resp.id)

@@ -9,7 +9,7 @@ use apache_avro::{from_avro_datum, from_value, to_avro_datum};
 use caudal_schemas::codec::{decode_resolved, encode_generic};
 use caudal_schemas::{
     AvroRecord, DecodeError, Deserializer, EventType, InMemorySchemaStore, ProcessedReading, SchemaStore,
-    SensorReading, UserInteraction, WindowStats,
+    SensorReading, UserInteraction, UserInteractionCount, WindowStats,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -143,8 +143,29 @@ fn check_both_directions<T: AvroRecord + std::fmt::Debug>(rec: &T, value: Value)
     assert_eq!(back.to_vec(), reference, "fast decode of apache bytes: {back:?}");
 }
 
+fn count_value(r: &UserInteractionCount) -> Value {
+    let index = EventType::ALL.iter().position(|e| *e == r.event_type).unwrap();
+    record(vec![
+        ("user_id", Value::String(r.user_id.clone())),
+        ("event_type", Value::Enum(index as u32, r.event_type.as_str().to_owned())),
+        ("window_start", Value::TimestampMillis(r.window_start)),
+        ("window_end", Value::TimestampMillis(r.window_end)),
+        ("count", Value::Long(r.count)),
+    ])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn user_interaction_count_matches_apache_avro(
+        user_id in ".{0,8}", event in 0usize..3, window_start in any::<i64>(), window_end in any::<i64>(),
+        count in any::<i64>(),
+    ) {
+        let r = UserInteractionCount { user_id, event_type: EventType::ALL[event], window_start, window_end, count };
+        check_both_directions(&r, count_value(&r));
+        prop_assert_eq!(UserInteractionCount::from_slice(&r.to_vec()).unwrap(), r);
+    }
 
     #[test]
     fn sensor_reading_matches_apache_avro(r in sensor()) {

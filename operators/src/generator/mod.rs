@@ -10,7 +10,7 @@
 mod model;
 mod reader;
 
-pub use model::{climate_c, position, reading};
+pub use model::{climate_c, mix, position, reading};
 pub use reader::GeneratorReader;
 
 use caudal::{Error, Result, Source, SourceContext, SourceReader};
