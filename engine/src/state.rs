@@ -133,13 +133,14 @@ impl KeyedState {
     }
 
     /// Opens the backend now if the job restores state into it (so that the snapshot of the
-    /// next checkpoint carries the restored state even if no record touches it).
-    pub(crate) fn open_if_restoring(&self) -> Result<()> {
+    /// next checkpoint carries the restored state even if no record touches it); returns
+    /// whether it restored.
+    pub(crate) fn open_if_restoring(&self) -> Result<bool> {
         let restoring = matches!(&*self.slot.lock(), Slot::Closed(s) if s.restore.is_some());
         if restoring {
             drop(self.lock()?);
         }
-        Ok(())
+        Ok(restoring)
     }
 
     /// The synchronous part of the snapshot for checkpoint `id`, if the backend is open.

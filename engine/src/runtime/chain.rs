@@ -8,6 +8,7 @@ use crate::operator::{Operator, OperatorContext, Sink};
 use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, Timestamp};
 use crate::{Error, Result};
 use std::any::Any;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// A batch of some `Record<T>` type, boxed.
@@ -150,11 +151,20 @@ impl<O: Operator> OperatorNode<O> {
 impl<O: Operator> ChainNode for OperatorNode<O> {
     fn open(&mut self) -> Result<()> {
         let op = &mut self.op;
+        let start = Instant::now();
+        let mut restored_keyed = false;
         if let Some(keyed) = &self.ctx.keyed {
-            keyed.open_if_restoring().map_err(|e| in_operator(e, &self.ctx))?;
+            restored_keyed = keyed.open_if_restoring().map_err(|e| in_operator(e, &self.ctx))?;
         }
         if let Some(snapshots) = self.ctx.restored.take() {
             call(&mut self.ctx, |ctx| op.restore(snapshots, ctx))?;
+        }
+        if restored_keyed {
+            let ms = start.elapsed().as_millis() as u64;
+            self.ctx
+                .metrics
+                .counter(crate::metrics::names::STATE_RESTORE_MS)
+                .fetch_add(ms, Ordering::Relaxed);
         }
         call(&mut self.ctx, |ctx| op.on_start(ctx))?;
         self.fanout.each(|t| t.open())
