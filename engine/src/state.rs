@@ -77,7 +77,8 @@ impl std::fmt::Debug for KeyedState {
 /// The synchronous part of a subtask's snapshot, waiting for its upload.
 pub(crate) struct TakenKeyedSnapshot {
     pub(crate) snapshot: Box<dyn StateSnapshot>,
-    /// How long the synchronous part took (flush + RocksDB checkpoint, or the heap copy).
+    /// How long the synchronous part took (the operator's write-through, the backend's flush +
+    /// RocksDB checkpoint, or the heap copy).
     pub(crate) sync: Duration,
 }
 

@@ -199,12 +199,17 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         self.flush()?;
         let op = &mut self.op;
+        let start = Instant::now();
         let operator_state = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))?;
         // The synchronous part of the keyed-state snapshot; the upload runs off this thread.
-        let keyed = match &self.ctx.keyed {
+        let mut keyed = match &self.ctx.keyed {
             Some(k) => k.snapshot(barrier.id).map_err(|e| in_operator(e, &self.ctx))?,
             None => None,
         };
+        if let Some(k) = keyed.as_mut() {
+            // Records waited for the operator's write-through and the backend's snapshot.
+            k.sync = start.elapsed();
+        }
         snapshots.push(TakenSnapshot { uid: self.ctx.operator_uid.clone(), operator_state, keyed });
         self.fanout.each(|t| t.barrier(barrier, snapshots))
     }
