@@ -62,7 +62,7 @@ struct Reader {
     next: u64,
     updates_started: Option<Instant>,
     /// Position recorded by the last snapshot (at most one checkpoint is in flight).
-    snapshotted: std::cell::Cell<u64>,
+    snapshotted: u64,
     /// The load is in a completed checkpoint: updates may start.
     loaded: bool,
 }
@@ -81,13 +81,7 @@ impl Source for LoadThenUpdate {
         let next = restored.first().and_then(|p| p.as_slice().try_into().ok()).map_or(0, u64::from_le_bytes);
         let cfg = LoadThenUpdate { ..*self };
         let loaded = next >= self.keys;
-        Ok(Box::new(Reader {
-            cfg,
-            next,
-            updates_started: None,
-            snapshotted: std::cell::Cell::new(0),
-            loaded,
-        }))
+        Ok(Box::new(Reader { cfg, next, updates_started: None, snapshotted: 0, loaded }))
     }
 }
 
@@ -129,13 +123,13 @@ impl SourceReader<Entry> for Reader {
         Ok(if self.next >= c.total { SourcePoll::Finished } else { SourcePoll::Ready })
     }
 
-    fn position(&self) -> CaudalResult<Vec<u8>> {
-        self.snapshotted.set(self.next);
+    fn position(&mut self) -> CaudalResult<Vec<u8>> {
+        self.snapshotted = self.next;
         Ok(self.next.to_le_bytes().to_vec())
     }
 
     fn on_checkpoint_complete(&mut self, checkpoint: caudal::CheckpointId) -> CaudalResult<()> {
-        if !self.loaded && self.snapshotted.get() >= self.cfg.keys {
+        if !self.loaded && self.snapshotted >= self.cfg.keys {
             self.loaded = true;
             LOADED_AT.store(checkpoint.0, Ordering::SeqCst);
         }

@@ -326,11 +326,13 @@ fn coordinator_parts_store(
 struct LocalStateDir(std::path::PathBuf);
 
 impl LocalStateDir {
-    /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`.
+    /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`. Directories
+    /// left there by processes that no longer run (killed jobs) are removed first.
     fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let base =
             base.map_or_else(|| std::env::temp_dir().join("caudal-state"), std::path::Path::to_path_buf);
+        remove_dirs_of_dead_processes(&base);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let safe: String =
             job.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
@@ -338,6 +340,22 @@ impl LocalStateDir {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating state dir {}", dir.display()), e))?;
         Ok(dir)
+    }
+}
+
+/// Removes `<base>/<job>-<pid>-<n>` directories whose process is gone (Linux: no `/proc/<pid>`).
+fn remove_dirs_of_dead_processes(base: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut parts = name.rsplitn(3, '-');
+        let (Some(_n), Some(pid), Some(_job)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !proc.join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -103,9 +103,8 @@ fn savepoint(args: &SavepointArgs) -> anyhow::Result<()> {
         eprintln!("temperature: deleted savepoints/{name} ({n} objects)");
     } else {
         let name = args.name.clone().unwrap_or_else(|| {
-            let secs = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            let secs =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             format!("savepoint-{secs}")
         });
         let path = caudal::savepoint::create_savepoint(checkpoints, JOB, args.from.as_deref(), &name)?;

@@ -39,6 +39,9 @@ pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
         ckpt.display().to_string(),
         "--parallelism".into(),
         parallelism.to_string(),
+        // In the test's temp dir: a SIGKILLed job's RocksDB files go with it.
+        "--state-dir".into(),
+        out.with_file_name("state").display().to_string(),
     ])
     .collect()
 }

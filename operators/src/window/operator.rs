@@ -37,11 +37,41 @@ pub enum WindowOutput<R, T> {
     Late(T),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct WindowSlot<A> {
     window: TimeWindow,
     acc: A,
     fired: bool,
+}
+
+/// The stored value of a key: its windows first, so that a restore rebuilds the timers
+/// without decoding the accumulators.
+type StoredWindows<A> = (Vec<(TimeWindow, bool)>, Vec<A>);
+
+fn encode_slots<A: Data>(slots: &[WindowSlot<A>]) -> Result<Vec<u8>> {
+    let windows: Vec<(TimeWindow, bool)> = slots.iter().map(|s| (s.window, s.fired)).collect();
+    let accs: Vec<&A> = slots.iter().map(|s| &s.acc).collect();
+    encode(&(windows, accs))
+}
+
+fn decode_slots<A: Data>(bytes: &[u8]) -> Result<Vec<WindowSlot<A>>> {
+    let (windows, accs): StoredWindows<A> = decode(bytes)?;
+    if windows.len() != accs.len() {
+        return Err(codec_err(
+            "decoding",
+            format!("{} windows but {} accumulators", windows.len(), accs.len()),
+        ));
+    }
+    Ok(windows
+        .into_iter()
+        .zip(accs)
+        .map(|((window, fired), acc)| WindowSlot { window, acc, fired })
+        .collect())
+}
+
+/// The windows of a stored value (its prefix).
+fn decode_windows(bytes: &[u8]) -> Result<Vec<(TimeWindow, bool)>> {
+    decode(bytes)
 }
 
 /// One key's open windows, cached in memory.
@@ -96,7 +126,7 @@ impl<K: Key, A: Data> WindowCache<K, A> {
                 let encoded = encode(key)?;
                 let stored = backend.get(&StateKey::new(key_group, &self.state, &encoded))?;
                 let (slots, persisted) = match stored {
-                    Some(bytes) => (decode(&bytes)?, true),
+                    Some(bytes) => (decode_slots(&bytes)?, true),
                     None => (Vec::new(), false),
                 };
                 Ok(v.insert(KeyEntry { key_group, slots, dirty: false, persisted }))
@@ -114,7 +144,7 @@ impl<K: Key, A: Data> WindowCache<K, A> {
                 batch.delete(&sk)?;
                 e.persisted = false;
             } else {
-                batch.put(&sk, &encode(&e.slots)?)?;
+                batch.put(&sk, &encode_slots(&e.slots)?)?;
                 e.persisted = true;
             }
             e.dirty = false;
@@ -243,9 +273,8 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
                 for e in &page.entries {
                     let Some(d) = decode_key(&e.key).filter(|d| d.state == WINDOW_STATE) else { continue };
                     let key: K = decode(d.key)?;
-                    let slots: Vec<WindowSlot<E::Acc>> = decode(&e.value)?;
-                    for s in &slots {
-                        self.timers.register(&key, &s.window);
+                    for (window, _) in decode_windows(&e.value)? {
+                        self.timers.register(&key, &window);
                     }
                 }
                 match page.next {
