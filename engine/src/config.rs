@@ -27,6 +27,12 @@ pub struct JobConfig {
     pub web_bind: Option<std::net::SocketAddr>,
     /// Checkpointing: interval, storage, retention, restore.
     pub checkpoints: CheckpointConfig,
+    /// Keyed state (`state.backend`): RocksDB (default) or heap, cache and RocksDB tuning
+    /// (`CAUDAL__STATE_BACKEND=rocksdb|heap`).
+    pub state: caudal_checkpoints::StateBackendConfig,
+    /// Local working directory of the RocksDB backends (`CAUDAL__STATE_DIR`); default: a
+    /// fresh directory under the system temp dir, removed when the job ends.
+    pub state_dir: Option<std::path::PathBuf>,
     /// Tests only: abort the process at this crash point of this checkpoint
     /// (`CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>`, see [`crate::crash`]).
     pub crash_at: Option<(String, u64)>,
@@ -71,6 +77,10 @@ pub struct CheckpointConfig {
     pub restore: Option<RestoreFrom>,
     /// With `restore = latest`: skip a corrupt latest checkpoint and use the previous one.
     pub fallback: bool,
+    /// On a stop (Ctrl-C, SIGTERM, `StopHandle`), keep the final checkpoint as the savepoint
+    /// `savepoints/<name>` (a self-contained copy retention never deletes; restore it with
+    /// `restore = Path("savepoints/<name>")`).
+    pub savepoint_on_stop: Option<String>,
 }
 
 impl Default for CheckpointConfig {
@@ -86,6 +96,7 @@ impl Default for CheckpointConfig {
             retained: 3,
             restore: None,
             fallback: false,
+            savepoint_on_stop: None,
         }
     }
 }
@@ -102,6 +113,8 @@ impl Default for JobConfig {
             handle_signals: true,
             web_bind: None,
             checkpoints: CheckpointConfig::default(),
+            state: caudal_checkpoints::StateBackendConfig::default(),
+            state_dir: None,
             crash_at: None,
         }
     }
@@ -129,6 +142,17 @@ impl JobConfig {
                 }
                 "CHECKPOINT_DIR" => self.checkpoints.storage.url = value.clone(),
                 s3 if s3.starts_with("S3__") => self.set_s3(&key, &s3[4..], &value)?,
+                "STATE_BACKEND" => {
+                    self.state.kind = parse_backend(&value).map_err(|m| Error::config(key.clone(), m))?
+                }
+                "STATE_DIR" => self.state_dir = Some(value.clone().into()),
+                "S3_ENDPOINT" => {
+                    self.checkpoints.storage.s3.allow_http = value.starts_with("http://");
+                    self.checkpoints.storage.s3.endpoint = Some(value.clone());
+                }
+                "S3_REGION" => self.checkpoints.storage.s3.region = value.clone(),
+                "S3_ACCESS_KEY_ID" => self.checkpoints.storage.s3.access_key_id = Some(value.clone()),
+                "S3_SECRET_ACCESS_KEY" => self.checkpoints.storage.s3.secret_access_key = Some(value.clone()),
                 "TEST_CRASH_AT" => {
                     let (point, id) = value.rsplit_once(':').ok_or_else(|| {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
@@ -184,6 +208,7 @@ impl JobConfig {
 
     /// Check the settings, naming the one at fault.
     pub fn validate(&self) -> Result<()> {
+        self.state.validate().map_err(|e| Error::config("state", e.to_string()))?;
         if self.parallelism == 0 {
             return Err(Error::config("parallelism", "must be at least 1"));
         }
@@ -203,6 +228,15 @@ impl JobConfig {
             return Err(Error::config("channel_capacity", "must hold at least one batch (>= batch_size)"));
         }
         Ok(())
+    }
+}
+
+/// Parses `state.backend`: `rocksdb` or `heap`.
+pub fn parse_backend(value: &str) -> std::result::Result<caudal_checkpoints::BackendKind, String> {
+    match value.trim() {
+        "rocksdb" => Ok(caudal_checkpoints::BackendKind::Rocksdb),
+        "heap" => Ok(caudal_checkpoints::BackendKind::Heap),
+        v => Err(format!("expected `rocksdb` or `heap`, got `{v}`")),
     }
 }
 

@@ -14,9 +14,9 @@ use crate::types::{CheckpointBarrier, CheckpointId};
 use crate::{Error, Result};
 use caudal_checkpoints::metadata::checkpoint_dirs;
 use caudal_checkpoints::{
-    apply_retention, complete_checkpoint, latest_completed, latest_completed_with_fallback, AckOutcome, Blob,
+    apply_retention, complete_checkpoint, latest_completed, latest_completed_with_fallback, AckOutcome,
     CheckpointKind, CheckpointMetadata, CheckpointPaths, CheckpointStore, OperatorId, PendingCheckpoint,
-    RetentionConfig, SubtaskIndex, SubtaskSnapshot,
+    RetentionConfig, SubtaskIndex,
 };
 use crossbeam_channel::Receiver;
 use std::collections::HashMap;
@@ -89,18 +89,35 @@ pub(crate) fn load_restore(
 /// The operator snapshots of a checkpoint, by operator uid (all old subtasks, in order).
 pub(crate) fn restored_state(meta: &CheckpointMetadata) -> RestoredState {
     let mut operators = HashMap::new();
+    let mut keyed = HashMap::new();
     for (id, op) in &meta.operators {
         let blobs: Vec<Vec<u8>> =
             op.subtasks.values().filter_map(|s| s.operator_state.as_ref().map(|b| b.0.clone())).collect();
         operators.insert(id.as_str().to_string(), blobs);
+        let handles = op.keyed_handles();
+        if !handles.is_empty() {
+            keyed.insert(id.as_str().to_string(), handles);
+        }
     }
-    RestoredState { checkpoint: Some(meta.checkpoint_id), operators }
+    RestoredState {
+        checkpoint: Some(meta.checkpoint_id),
+        operators,
+        keyed,
+        from_savepoint: meta.kind == CheckpointKind::Savepoint,
+    }
 }
 
 struct InFlight {
     pending: PendingCheckpoint,
     started: Instant,
+    /// State referenced by the checkpoint, bytes.
     bytes: u64,
+    /// Bytes uploaded by this checkpoint (incremental).
+    uploaded: u64,
+    /// The slowest subtask's synchronous snapshot part.
+    sync: Duration,
+    /// The slowest subtask's upload.
+    upload: Duration,
 }
 
 /// Drives checkpoints of one running job.
@@ -195,9 +212,18 @@ impl Coordinator {
             duration_ms: 0,
             size_bytes: 0,
             incremental_bytes: 0,
+            sync_us: 0,
+            upload_us: 0,
             failure: None,
         });
-        self.in_flight = Some(InFlight { pending, started: Instant::now(), bytes: 0 });
+        self.in_flight = Some(InFlight {
+            pending,
+            started: Instant::now(),
+            bytes: 0,
+            uploaded: 0,
+            sync: Duration::ZERO,
+            upload: Duration::ZERO,
+        });
     }
 
     fn fail(&mut self, view: &JobView, cause: String) {
@@ -210,6 +236,8 @@ impl Coordinator {
                 duration_ms: f.started.elapsed().as_millis() as u64,
                 size_bytes: 0,
                 incremental_bytes: 0,
+                sync_us: f.sync.as_micros() as u64,
+                upload_us: f.upload.as_micros() as u64,
                 failure: Some(cause),
             });
             self.last_end = Instant::now();
@@ -221,12 +249,21 @@ impl Coordinator {
         if ack.checkpoint != f.pending.id() {
             return Ok(()); // a late ack of an aborted checkpoint
         }
+        f.sync = f.sync.max(ack.stats.sync);
+        f.upload = f.upload.max(ack.stats.upload);
+        f.bytes += ack.stats.state_bytes;
+        f.uploaded += ack.stats.uploaded_bytes;
+        let snapshots = match ack.snapshots {
+            Ok(s) => s,
+            Err(reason) => {
+                self.fail(view, format!("subtask {} declined: {reason}", ack.subtask));
+                return Ok(());
+            }
+        };
         let mut all = false;
-        for (uid, snapshot) in ack.snapshots {
+        for (uid, snapshot) in snapshots {
             let op = OperatorId::new(uid).map_err(state_err)?;
-            f.bytes += snapshot.as_ref().map_or(0, |s| s.len() as u64);
-            let s = SubtaskSnapshot { keyed_state: None, operator_state: snapshot.map(Blob) };
-            match f.pending.acknowledge(&op, SubtaskIndex(ack.subtask), s, now_ms() as u64) {
+            match f.pending.acknowledge(&op, SubtaskIndex(ack.subtask), snapshot, now_ms() as u64) {
                 Ok(AckOutcome::AllAcknowledged) => all = true,
                 Ok(_) => {}
                 Err(e) => {
@@ -272,7 +309,9 @@ impl Coordinator {
             trigger_ms: now_ms() - f.started.elapsed().as_millis() as i64,
             duration_ms: f.started.elapsed().as_millis() as u64,
             size_bytes: f.bytes,
-            incremental_bytes: f.bytes,
+            incremental_bytes: f.uploaded,
+            sync_us: f.sync.as_micros() as u64,
+            upload_us: f.upload.as_micros() as u64,
             failure: None,
         });
         let retention = RetentionConfig { retained_checkpoints: self.config.retained };
@@ -328,6 +367,25 @@ impl Coordinator {
             self.trigger(tasks, view);
         }
         Ok(Tick::Continue)
+    }
+
+    /// Copies the final checkpoint of a stop into the savepoint `savepoints/<name>` (kept until
+    /// deleted); returns its restore path.
+    pub(crate) fn savepoint_of_final_checkpoint(&self, name: &str) -> Result<String> {
+        let id = match (self.final_checkpoint, self.last_completed) {
+            (Some(f), Some(done)) if done >= f => done,
+            _ => {
+                return Err(Error::Operator(format!(
+                "savepoint `{name}`: the final checkpoint of the stop did not complete (last completed: {})",
+                self.last_completed.map_or_else(|| "none".into(), |c| c.label())
+            )))
+            }
+        };
+        caudal_checkpoints::create_savepoint(self.store.as_ref(), &self.paths, id, name, &self.job)
+            .map_err(|e| Error::Operator(format!("savepoint `{name}` of {}: {e}", id.label())))?;
+        let dir = self.paths.savepoint_dir(name).map_err(state_err)?;
+        eprintln!("caudal: savepoint of {} written to {}/{dir}", id.label(), self.store.location());
+        Ok(format!("savepoints/{name}"))
     }
 
     /// How long a stop may wait for its final checkpoint.

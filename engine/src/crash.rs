@@ -11,6 +11,9 @@ use std::sync::OnceLock;
 pub const AFTER_SNAPSHOT_BEFORE_ACK: &str = "after-snapshot-before-ack";
 /// A sink flushed and pre-committed its epoch (the barrier passed it).
 pub const AFTER_SINK_PRE_COMMIT: &str = "after-sink-pre-commit";
+/// A keyed-state upload (the asynchronous part of a snapshot) is half done: some of the
+/// subtask's files are in checkpoint storage, the others not, and it has not acked.
+pub const DURING_ASYNC_UPLOAD: &str = "during-async-upload";
 /// Every task acked; the metadata is not written yet.
 pub const BEFORE_METADATA: &str = "before-metadata";
 /// The metadata is durable (the checkpoint is complete); no task was notified yet.

@@ -50,6 +50,11 @@ pub struct CheckpointStats {
     pub size_bytes: u64,
     /// Bytes uploaded by this checkpoint (incremental).
     pub incremental_bytes: u64,
+    /// The slowest subtask's synchronous keyed-state snapshot part (RocksDB flush +
+    /// checkpoint), microseconds: the time its records waited.
+    pub sync_us: u64,
+    /// The slowest subtask's asynchronous part (upload of new files), microseconds.
+    pub upload_us: u64,
     /// Why it failed, if it did.
     pub failure: Option<String>,
 }

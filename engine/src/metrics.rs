@@ -15,6 +15,9 @@ pub mod names {
     pub const LATE_RECORDS: &str = "late_records";
     /// Windows fired (results emitted).
     pub const WINDOWS_FIRED: &str = "windows_fired";
+    /// Milliseconds a keyed operator subtask spent restoring its keyed state (download,
+    /// verify, open, rescale) at start.
+    pub const STATE_RESTORE_MS: &str = "state_restore_ms";
 }
 
 /// The counters of one operator subtask.

@@ -5,6 +5,7 @@
 //! connectors implement the full trait in `caudal-operators`.
 
 use crate::metrics::SubtaskMetrics;
+use crate::state::{KeyedState, KeyedStateGuard};
 use crate::types::{Batch, CheckpointId, Data, Timestamp};
 use crate::Result;
 use std::sync::Arc;
@@ -40,6 +41,53 @@ pub struct OperatorContext {
     /// The snapshots of every subtask of this operator in the restored checkpoint; the
     /// engine hands them to [`Operator::restore`] / [`Sink::restore`] before `on_start`.
     pub restored: Option<Vec<Vec<u8>>>,
+    /// The keyed state of a keyed operator (its input is partitioned by `key_by`).
+    pub(crate) keyed: Option<KeyedState>,
+}
+
+impl OperatorContext {
+    /// The context of subtask `subtask` of `parallelism` of a non-keyed operator outside
+    /// a running job (connector tests, tools); set the public fields as needed.
+    pub fn unkeyed(job_name: &str, operator_name: &str, subtask: u32, parallelism: u32) -> Self {
+        let max_parallelism = crate::keygroup::DEFAULT_MAX_PARALLELISM;
+        OperatorContext {
+            job_name: job_name.to_owned(),
+            operator_name: operator_name.to_owned(),
+            subtask,
+            parallelism,
+            max_parallelism,
+            key_groups: crate::keygroup::key_group_range(subtask, max_parallelism, parallelism),
+            watermark: crate::types::MIN_WATERMARK,
+            metrics: std::sync::Arc::new(crate::metrics::SubtaskMetrics::default()),
+            operator_uid: format!("0-{operator_name}"),
+            checkpointing: false,
+            checkpoint_timing: None,
+            restored_checkpoint: None,
+            restored: None,
+            keyed: None,
+        }
+    }
+
+    /// The keyed-state backend of this subtask (RocksDB or heap, by `JobConfig::state`),
+    /// holding the key groups of [`Self::key_groups`]; restored from the checkpoint when the
+    /// job restores. The engine snapshots it at every barrier and tells it when a checkpoint
+    /// completes. Lock it once per batch, not per record. An error for operators that are
+    /// not keyed.
+    pub fn keyed_state(&self) -> Result<KeyedStateGuard<'_>> {
+        match &self.keyed {
+            Some(k) => k.lock(),
+            None => Err(crate::Error::Operator(format!(
+                "operator `{}` has no keyed state: apply it to a `key_by` stream",
+                self.operator_name
+            ))),
+        }
+    }
+
+    /// How many entries the operator may keep in its own write-back cache in front of the
+    /// keyed-state backend (`JobConfig::state.cache_entries`).
+    pub fn keyed_state_cache_entries(&self) -> usize {
+        self.keyed.as_ref().map_or(0, KeyedState::cache_entries)
+    }
 }
 
 /// A stream operator: batches in, batches out.

@@ -35,6 +35,16 @@ impl<T: Data> Sink for CollectSink<T> {
     }
 }
 
+/// A snapshot taken by [`OperatorHarness::snapshot`].
+#[derive(Debug, Clone)]
+pub struct HarnessSnapshot {
+    /// What `Operator::snapshot` returned.
+    pub operator_state: Option<Vec<u8>>,
+    /// The keyed state's handle.
+    pub keyed: caudal_checkpoints::StateHandle,
+    store: Arc<caudal_checkpoints::InMemoryCheckpointStore>,
+}
+
 /// Drives one operator instance directly, as a task would: batches, watermarks, close.
 ///
 /// ```
@@ -82,6 +92,9 @@ impl<O: crate::Operator> OperatorHarness<O> {
             checkpoint_timing: None,
             restored_checkpoint: None,
             restored: None,
+            keyed: Some(crate::state::KeyedState::heap(caudal_checkpoints::KeyGroupRange::all(
+                crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
+            ))),
         };
         op.on_start(&mut ctx)?;
         Ok(OperatorHarness { op, ctx, out: Vec::new() })
@@ -113,18 +126,70 @@ impl<O: crate::Operator> OperatorHarness<O> {
         self.take().into_iter().map(|r| r.value).collect()
     }
 
-    /// Take a snapshot as at a checkpoint barrier.
-    pub fn snapshot(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>> {
-        self.op.snapshot(crate::CheckpointId(checkpoint), &mut self.ctx)
+    /// Take a snapshot as at a checkpoint barrier: the operator's own state and its keyed
+    /// state (a heap snapshot, uploaded to an in-memory store).
+    pub fn snapshot(&mut self, checkpoint: u64) -> Result<HarnessSnapshot> {
+        let id = crate::CheckpointId(checkpoint);
+        let operator_state = self.op.snapshot(id, &mut self.ctx)?;
+        let store = Arc::new(caudal_checkpoints::InMemoryCheckpointStore::new());
+        let location = caudal_checkpoints::StateLocation {
+            paths: caudal_checkpoints::CheckpointPaths::new(),
+            checkpoint: id,
+            operator: caudal_checkpoints::OperatorId::new(self.ctx.operator_uid.clone())?,
+            subtask: caudal_checkpoints::SubtaskIndex(self.ctx.subtask),
+        };
+        let keyed = self.ctx.keyed_state()?.snapshot(&location)?.upload(store.as_ref())?.handle;
+        Ok(HarnessSnapshot { operator_state, keyed, store })
     }
 
-    /// Restore from snapshots (one per old subtask) as subtask `subtask` of `parallelism`.
-    pub fn restore_as(&mut self, snapshots: Vec<Vec<u8>>, subtask: u32, parallelism: u32) -> Result<()> {
+    /// Restore from snapshots (one per old subtask) as subtask `subtask` of `parallelism`:
+    /// the keyed state of the new key-group range (rescaling), then `Operator::restore`.
+    pub fn restore_as(
+        &mut self,
+        snapshots: Vec<HarnessSnapshot>,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Result<()> {
         self.ctx.subtask = subtask;
         self.ctx.parallelism = parallelism;
         self.ctx.key_groups =
             crate::keygroup::key_group_range(subtask, self.ctx.max_parallelism, parallelism);
-        self.op.restore(snapshots, &mut self.ctx)
+        let range =
+            caudal_checkpoints::KeyGroupRange::new(self.ctx.key_groups.start, self.ctx.key_groups.end);
+        let mut backend = caudal_checkpoints::HeapStateBackend::new(range);
+        let mut blobs = Vec::new();
+        for s in snapshots {
+            let handles = caudal_checkpoints::handles_for_range(std::slice::from_ref(&s.keyed), range);
+            let part = caudal_checkpoints::HeapStateBackend::restore(range, &handles, s.store.as_ref())?;
+            for kg in range.iter() {
+                let mut after: Option<Vec<u8>> = None;
+                loop {
+                    let page = caudal_checkpoints::KeyedStateBackend::list_entries(
+                        &part,
+                        kg,
+                        after.as_deref(),
+                        1024,
+                    )?;
+                    let mut batch = caudal_checkpoints::StateWriteBatch::new();
+                    for e in &page.entries {
+                        batch.put_raw(e.key.clone(), e.value.clone());
+                    }
+                    caudal_checkpoints::KeyedStateBackend::write_batch(&mut backend, batch)?;
+                    match page.next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+            }
+            blobs.extend(s.operator_state);
+        }
+        self.ctx.keyed = Some(crate::state::KeyedState::from_backend(Box::new(backend)));
+        self.op.restore(blobs, &mut self.ctx)
+    }
+
+    /// The keyed state of the operator under test.
+    pub fn keyed_state(&self) -> Result<crate::state::KeyedStateGuard<'_>> {
+        self.ctx.keyed_state()
     }
 
     /// A custom counter of the operator.

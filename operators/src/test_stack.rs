@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use caudal::{CheckpointId, OperatorContext};
-use std::sync::Arc;
 
 /// The value of `var`, or `None` (the test then returns) after saying why.
 pub(crate) fn service(var: &str) -> Option<String> {
@@ -28,19 +27,9 @@ pub(crate) fn unique(what: &str) -> String {
 
 /// The context of subtask `subtask` of a checkpointing job `job`, restored from `restored`.
 pub(crate) fn context(job: &str, subtask: u32, restored: Option<u64>) -> OperatorContext {
-    OperatorContext {
-        job_name: job.into(),
-        operator_name: "sink".into(),
-        subtask,
-        parallelism: 1,
-        max_parallelism: 128,
-        key_groups: 0..128,
-        watermark: caudal::types::MIN_WATERMARK,
-        metrics: Arc::new(caudal::metrics::SubtaskMetrics::default()),
-        operator_uid: "9-sink".into(),
-        checkpointing: true,
-        checkpoint_timing: None,
-        restored_checkpoint: restored.map(CheckpointId),
-        restored: None,
-    }
+    let mut ctx = OperatorContext::unkeyed(job, "sink", subtask, 1);
+    ctx.operator_uid = "9-sink".into();
+    ctx.checkpointing = true;
+    ctx.restored_checkpoint = restored.map(CheckpointId);
+    ctx
 }

@@ -4,6 +4,9 @@
 //!
 //! ```text
 //! cargo run --release -p caudal-benches --bin throughput -- --records 20000000 --parallelism 1,2
+//! # window state on the heap vs in RocksDB, 100,000 sensors, a checkpoint every 5 s
+//! cargo run --release -p caudal-benches --bin throughput -- --pipeline temperature \
+//!     --sensors 100000 --state-backend heap,rocksdb --checkpoint-interval 5 --parallelism 1
 //! ```
 
 use anyhow::{bail, Context};
@@ -23,6 +26,14 @@ enum Pipeline {
     MapFilter,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// Keyed state in memory.
+    Heap,
+    /// Keyed state in RocksDB (the default for jobs).
+    Rocksdb,
+}
+
 #[derive(Debug, Parser)]
 #[command(about = "Caudal end-to-end throughput runner")]
 struct Args {
@@ -38,6 +49,12 @@ struct Args {
     /// Parallelism values to run, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 2])]
     parallelism: Vec<u32>,
+    /// Keyed-state backends to run the temperature pipeline on, comma separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Backend::Rocksdb])]
+    state_backend: Vec<Backend>,
+    /// Seconds between checkpoints (to a fresh local directory); 0 = none.
+    #[arg(long, default_value_t = 0.0)]
+    checkpoint_interval: f64,
     /// Internal: run one configuration and print its figures.
     #[arg(long, hide = true)]
     child: bool,
@@ -64,8 +81,18 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -> anyhow::Result<()> {
-    let config = JobConfig { parallelism, handle_signals: false, ..JobConfig::default() };
+fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend) -> anyhow::Result<()> {
+    let (records, sensors) = (args.records, args.sensors);
+    let mut config = JobConfig { parallelism, handle_signals: false, ..JobConfig::default() };
+    config.state.kind = match backend {
+        Backend::Heap => caudal_checkpoints::BackendKind::Heap,
+        Backend::Rocksdb => caudal_checkpoints::BackendKind::Rocksdb,
+    };
+    let ckpt_dir = std::env::temp_dir().join(format!("caudal-throughput-{}", std::process::id()));
+    if args.checkpoint_interval > 0.0 {
+        config.checkpoints.interval = Some(Duration::from_secs_f64(args.checkpoint_interval));
+        config.checkpoints.storage.url = ckpt_dir.display().to_string();
+    }
     let env = StreamEnv::with_config(config);
     let generator = GeneratorConfig {
         sensors,
@@ -114,8 +141,10 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let read = result.operators.iter().filter(|o| o.kind == "source").map(|o| o.records_out).sum::<u64>();
+    let completed = result.checkpoints.iter().filter(|c| c.status == "COMPLETED").count();
+    let _ = std::fs::remove_dir_all(&ckpt_dir);
     println!(
-        "{{\"records\":{read},\"seconds\":{secs:.3},\"cpu_seconds\":{cpu:.3},\"peak_rss_kb\":{}}}",
+        "{{\"records\":{read},\"seconds\":{secs:.3},\"cpu_seconds\":{cpu:.3},\"peak_rss_kb\":{},\"checkpoints\":{completed}}}",
         proc_status_kb("VmHWM:")
     );
     Ok(())
@@ -124,23 +153,41 @@ fn run_child(pipeline: Pipeline, parallelism: u32, records: u64, sensors: u64) -
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.child {
-        let (Some(&pipeline), Some(&p)) = (args.pipeline.first(), args.parallelism.first()) else {
-            bail!("--child needs one pipeline and one parallelism");
+        let (Some(&pipeline), Some(&p), Some(&backend)) =
+            (args.pipeline.first(), args.parallelism.first(), args.state_backend.first())
+        else {
+            bail!("--child needs one pipeline, one parallelism and one state backend");
         };
-        return run_child(pipeline, p, args.records, args.sensors);
+        return run_child(&args, pipeline, p, backend);
     }
     let exe = std::env::current_exe()?;
     println!(
-        "{:<12} {:>3} {:>12} {:>8} {:>14} {:>16} {:>14} {:>10}",
-        "pipeline", "p", "records", "secs", "records/s", "rec/s per core", "CPU-s per 1M", "peak RSS"
+        "{:<12} {:>7} {:>3} {:>12} {:>8} {:>14} {:>16} {:>14} {:>10} {:>6}",
+        "pipeline",
+        "state",
+        "p",
+        "records",
+        "secs",
+        "records/s",
+        "rec/s per core",
+        "CPU-s per 1M",
+        "peak RSS",
+        "chkpts"
     );
-    for &pipeline in &args.pipeline {
-        for &p in &args.parallelism {
+    let runs = args.pipeline.iter().flat_map(|&pl| {
+        let backends =
+            if pl == Pipeline::Temperature { args.state_backend.clone() } else { vec![Backend::Heap] };
+        args.parallelism.iter().flat_map(move |&p| backends.clone().into_iter().map(move |b| (pl, p, b)))
+    });
+    for (pipeline, p, backend) in runs {
+        {
             let name = format!("{pipeline:?}").to_lowercase();
+            let state = format!("{backend:?}").to_lowercase();
             let out = Command::new(&exe)
                 .args(["--child", "--pipeline", &name.replace("mapfilter", "map-filter")])
-                .args(["--parallelism", &p.to_string()])
+                .args(["--parallelism", &p.to_string(), "--state-backend", &state])
                 .args(["--records", &args.records.to_string(), "--sensors", &args.sensors.to_string()])
+                .args(["--checkpoint-interval", &args.checkpoint_interval.to_string()])
                 .output()
                 .context("running a child")?;
             if !out.status.success() {
@@ -152,15 +199,17 @@ fn main() -> anyhow::Result<()> {
             let cpu = v["cpu_seconds"].as_f64().unwrap_or(0.0);
             let cores_used = (cpu / secs).max(0.01);
             println!(
-                "{:<12} {:>3} {:>12} {:>8.2} {:>14.0} {:>16.0} {:>14.3} {:>7} MB",
+                "{:<12} {:>7} {:>3} {:>12} {:>8.2} {:>14.0} {:>16.0} {:>14.3} {:>7} MB {:>6}",
                 name,
+                state,
                 p,
                 records,
                 secs,
                 records / secs,
                 records / secs / cores_used,
                 cpu / (records / 1e6),
-                v["peak_rss_kb"].as_u64().unwrap_or(0) / 1024
+                v["peak_rss_kb"].as_u64().unwrap_or(0) / 1024,
+                v["checkpoints"].as_u64().unwrap_or(0)
             );
         }
     }

@@ -223,6 +223,10 @@ impl<B: KeyedStateBackend> KeyedStateBackend for CachingBackend<B> {
         self.inner.get_mut().backend.notify_checkpoint_complete(checkpoint);
     }
 
+    fn upload_all_files_next(&mut self) {
+        self.inner.get_mut().backend.upload_all_files_next();
+    }
+
     fn kind(&self) -> &'static str {
         self.inner.borrow().backend.kind()
     }

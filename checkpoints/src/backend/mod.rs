@@ -61,6 +61,12 @@ impl StateWriteBatch {
         Ok(())
     }
 
+    /// Adds a put of an already encoded key (an entry copied from a scan).
+    pub fn put_raw(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
+        self.ops.push(BatchOp::Put(key, value));
+    }
+
     /// Adds a delete.
     pub fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
         let k = key.encode()?;
@@ -173,6 +179,10 @@ pub trait KeyedStateBackend: Send {
     /// The checkpoint is complete (its metadata is durable): files it uploaded may be
     /// referenced by the next checkpoint instead of uploaded again.
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId);
+
+    /// The next snapshot uploads every file instead of referencing the restored ones: after
+    /// a restore from a savepoint, whose files belong to the user and may be deleted.
+    fn upload_all_files_next(&mut self) {}
 
     /// Which implementation (`"heap"`, `"rocksdb"`).
     fn kind(&self) -> &'static str;

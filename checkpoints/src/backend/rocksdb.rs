@@ -609,6 +609,10 @@ impl KeyedStateBackend for RocksDbStateBackend {
         reg.pending.retain(|id, _| *id > checkpoint);
     }
 
+    fn upload_all_files_next(&mut self) {
+        self.registry.lock().confirmed.clear();
+    }
+
     fn kind(&self) -> &'static str {
         "rocksdb"
     }

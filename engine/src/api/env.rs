@@ -7,8 +7,9 @@ use crate::graph::{JobPlan, NodeKind, SourceSetup};
 use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::runtime::chain::Fanout;
-use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, RestoredState};
+use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, JobStateEnv, RestoredState};
 use crate::runtime::task::{SourceRunner, SourceTaskSettings};
+use crate::runtime::upload::Uploader;
 use crate::source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
 use crate::types::Data;
 use crate::{Error, Result};
@@ -75,6 +76,10 @@ pub struct JobResult {
     pub elapsed: Duration,
     /// The last completed checkpoint (restored or taken), if checkpointing was on.
     pub last_checkpoint: Option<crate::types::CheckpointId>,
+    /// Every checkpoint of the run: status, duration, sizes, synchronous and upload times.
+    pub checkpoints: Vec<crate::job::CheckpointStats>,
+    /// The savepoint written on stop (`checkpoints.savepoint_on_stop`), as a restore path.
+    pub savepoint: Option<String>,
 }
 
 impl JobResult {
@@ -184,6 +189,9 @@ impl StreamEnv {
             self.config.checkpoints.interval.is_some() || self.config.checkpoints.restore.is_some();
         let (coordinator_parts, restored) = if checkpointing {
             let (store, paths) = open_store(&self.config.checkpoints, job_name)?;
+            if let Some(name) = &self.config.checkpoints.savepoint_on_stop {
+                paths.savepoint_dir(name).map_err(|e| Error::config("savepoint_on_stop", e.to_string()))?;
+            }
             let meta = load_restore(&self.config.checkpoints, store.as_ref(), &paths, job_name)?;
             let restored = meta.as_ref().map(restored_state).unwrap_or_default();
             if let Some(m) = &meta {
@@ -194,7 +202,16 @@ impl StreamEnv {
         } else {
             (None, RestoredState::default())
         };
-        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored)?;
+        let state = JobStateEnv {
+            config: self.config.state.clone(),
+            dir: LocalStateDir::create(self.config.state_dir.as_deref(), job_name)?,
+            paths: coordinator_parts
+                .as_ref()
+                .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
+            store: coordinator_parts.as_ref().map(|(s, _)| s.clone()),
+        };
+        let state_dir = LocalStateDir(state.dir.clone());
+        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored, &state)?;
         drop(graph);
         let stop_requested = self.control.stop_requested.clone();
         if self.config.handle_signals {
@@ -230,7 +247,16 @@ impl StreamEnv {
             )?),
             None => None,
         };
-        let handles = spawn(tasks, &self.control, coordinator.as_ref().map(|_| ack_tx))?;
+        let uploader = match &coordinator_parts_store(&state, coordinator.is_some()) {
+            Some(store) => Some(Uploader::start(store.clone())?),
+            None => None,
+        };
+        let handles = spawn(
+            tasks,
+            &self.control,
+            coordinator.as_ref().map(|_| ack_tx),
+            uploader.as_ref().and_then(Uploader::queue),
+        )?;
         let mut last_progress = Instant::now();
         let mut stop_since: Option<Instant> = None;
         let sources = handles.iter().filter(|h| h.is_source).count();
@@ -263,21 +289,79 @@ impl StreamEnv {
         for h in handles {
             let _ = h.thread.join();
         }
+        if let Some(u) = uploader {
+            u.finish();
+        }
+        drop(state_dir);
         if let Some(e) = self.control.failure.lock().take() {
             view.record_failure(e.to_string());
             view.set_status(JobStatus::Failed);
             return Err(e);
         }
-        view.set_status(if stop_requested.load(Ordering::SeqCst) {
-            JobStatus::Canceled
-        } else {
-            JobStatus::Finished
-        });
+        let stopped = stop_requested.load(Ordering::SeqCst);
+        let savepoint = match (&self.config.checkpoints.savepoint_on_stop, &coordinator) {
+            (Some(name), Some(c)) if stopped => Some(c.savepoint_of_final_checkpoint(name)?),
+            _ => None,
+        };
+        view.set_status(if stopped { JobStatus::Canceled } else { JobStatus::Finished });
         Ok(JobResult {
             operators: self.metrics.snapshot(),
             elapsed: started.elapsed(),
             last_checkpoint: coordinator.and_then(|c| c.last_completed),
+            checkpoints: view.checkpoints(),
+            savepoint,
         })
+    }
+}
+
+/// The store uploads go to, when the job checkpoints.
+fn coordinator_parts_store(
+    state: &JobStateEnv,
+    checkpointing: bool,
+) -> Option<Arc<dyn caudal_checkpoints::CheckpointStore>> {
+    state.store.clone().filter(|_| checkpointing)
+}
+
+/// The job's local state directory (RocksDB working files), removed when the job ends.
+struct LocalStateDir(std::path::PathBuf);
+
+impl LocalStateDir {
+    /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`. Directories
+    /// left there by processes that no longer run (killed jobs) are removed first.
+    fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let base =
+            base.map_or_else(|| std::env::temp_dir().join("caudal-state"), std::path::Path::to_path_buf);
+        remove_dirs_of_dead_processes(&base);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let safe: String =
+            job.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let dir = base.join(format!("{safe}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating state dir {}", dir.display()), e))?;
+        Ok(dir)
+    }
+}
+
+/// Removes `<base>/<job>-<pid>-<n>` directories whose process is gone (Linux: no `/proc/<pid>`).
+fn remove_dirs_of_dead_processes(base: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut parts = name.rsplitn(3, '-');
+        let (Some(_n), Some(pid), Some(_job)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !proc.join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+impl Drop for LocalStateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -8,13 +8,30 @@ use crate::operator::{Operator, OperatorContext, Sink};
 use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, Timestamp};
 use crate::{Error, Result};
 use std::any::Any;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// A batch of some `Record<T>` type, boxed.
 pub(crate) type AnyBatch = Box<dyn Any + Send>;
 
-/// Snapshots taken at a barrier: (operator uid, snapshot) for every operator of the chain.
-pub(crate) type SnapshotSink<'a> = &'a mut Vec<(String, Option<Vec<u8>>)>;
+/// What one operator of a chain snapshotted at a barrier.
+pub(crate) struct TakenSnapshot {
+    /// The operator's uid in checkpoints.
+    pub(crate) uid: String,
+    /// Opaque operator state (a source's position, a sink's pending commits).
+    pub(crate) operator_state: Option<Vec<u8>>,
+    /// The synchronous part of its keyed-state snapshot, to upload before the ack.
+    pub(crate) keyed: Option<crate::state::TakenKeyedSnapshot>,
+}
+
+impl TakenSnapshot {
+    pub(crate) fn operator(uid: String, operator_state: Option<Vec<u8>>) -> Self {
+        TakenSnapshot { uid, operator_state, keyed: None }
+    }
+}
+
+/// Snapshots taken at a barrier, for every operator of the chain.
+pub(crate) type SnapshotSink<'a> = &'a mut Vec<TakenSnapshot>;
 
 /// A node of a task's operator tree.
 pub(crate) trait ChainNode: Send {
@@ -134,8 +151,20 @@ impl<O: Operator> OperatorNode<O> {
 impl<O: Operator> ChainNode for OperatorNode<O> {
     fn open(&mut self) -> Result<()> {
         let op = &mut self.op;
+        let start = Instant::now();
+        let mut restored_keyed = false;
+        if let Some(keyed) = &self.ctx.keyed {
+            restored_keyed = keyed.open_if_restoring().map_err(|e| in_operator(e, &self.ctx))?;
+        }
         if let Some(snapshots) = self.ctx.restored.take() {
             call(&mut self.ctx, |ctx| op.restore(snapshots, ctx))?;
+        }
+        if restored_keyed {
+            let ms = start.elapsed().as_millis() as u64;
+            self.ctx
+                .metrics
+                .counter(crate::metrics::names::STATE_RESTORE_MS)
+                .fetch_add(ms, Ordering::Relaxed);
         }
         call(&mut self.ctx, |ctx| op.on_start(ctx))?;
         self.fanout.each(|t| t.open())
@@ -170,12 +199,25 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         self.flush()?;
         let op = &mut self.op;
-        let s = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))?;
-        snapshots.push((self.ctx.operator_uid.clone(), s));
+        let start = Instant::now();
+        let operator_state = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))?;
+        // The synchronous part of the keyed-state snapshot; the upload runs off this thread.
+        let mut keyed = match &self.ctx.keyed {
+            Some(k) => k.snapshot(barrier.id).map_err(|e| in_operator(e, &self.ctx))?,
+            None => None,
+        };
+        if let Some(k) = keyed.as_mut() {
+            // Records waited for the operator's write-through and the backend's snapshot.
+            k.sync = start.elapsed();
+        }
+        snapshots.push(TakenSnapshot { uid: self.ctx.operator_uid.clone(), operator_state, keyed });
         self.fanout.each(|t| t.barrier(barrier, snapshots))
     }
 
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()> {
+        if let Some(k) = &self.ctx.keyed {
+            k.notify_checkpoint_complete(id);
+        }
         let op = &mut self.op;
         call(&mut self.ctx, |ctx| op.on_checkpoint_complete(id, ctx))?;
         self.fanout.each(|t| t.checkpoint_complete(id))
@@ -185,6 +227,9 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         let (op, out) = (&mut self.op, &mut self.out);
         call(&mut self.ctx, |ctx| op.on_close(out, ctx))?;
         self.flush()?;
+        if let Some(k) = &self.ctx.keyed {
+            k.close();
+        }
         self.fanout.each(|t| t.end())
     }
 }
@@ -238,7 +283,7 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
         let sink = &mut self.sink;
         let s = call(&mut self.ctx, |ctx| sink.pre_commit(barrier.id, ctx))?;
-        snapshots.push((self.ctx.operator_uid.clone(), s));
+        snapshots.push(TakenSnapshot::operator(self.ctx.operator_uid.clone(), s));
         crate::crash::point(crate::crash::AFTER_SINK_PRE_COMMIT, barrier.id);
         Ok(())
     }

@@ -12,6 +12,7 @@ use crate::keygroup::key_group_range;
 use crate::metrics::{MetricsRegistry, SubtaskMetrics};
 use crate::operator::OperatorContext;
 use crate::source::SourceContext;
+use crate::state::{KeyedState, RestoreSource, StateSetup};
 use crate::types::MIN_WATERMARK;
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
@@ -142,6 +143,21 @@ pub(crate) struct PhysicalTask {
 pub(crate) struct RestoredState {
     pub(crate) checkpoint: Option<caudal_checkpoints::CheckpointId>,
     pub(crate) operators: HashMap<String, Vec<Vec<u8>>>,
+    /// Keyed-state handles of every old subtask, per operator uid.
+    pub(crate) keyed: HashMap<String, Vec<caudal_checkpoints::StateHandle>>,
+    /// Restoring from a savepoint (its files are not reused by new checkpoints).
+    pub(crate) from_savepoint: bool,
+}
+
+/// What the executor needs to give keyed operators their state backends.
+pub(crate) struct JobStateEnv {
+    pub(crate) config: caudal_checkpoints::StateBackendConfig,
+    /// The job's local state directory: `<dir>/<operator uid>/<subtask>` per backend.
+    pub(crate) dir: std::path::PathBuf,
+    /// Object names of the job's checkpoints.
+    pub(crate) paths: caudal_checkpoints::CheckpointPaths,
+    /// Checkpoint storage (when checkpointing or restoring).
+    pub(crate) store: Option<Arc<dyn caudal_checkpoints::CheckpointStore>>,
 }
 
 /// Builds every subtask of every task on the calling thread (factories are not `Send`).
@@ -152,6 +168,7 @@ pub(crate) fn build_tasks(
     job: &str,
     metrics: &MetricsRegistry,
     restored: &RestoredState,
+    state: &JobStateEnv,
 ) -> Result<Vec<PhysicalTask>> {
     let p = &compiled.parallelism;
     let node_metrics: Vec<Vec<Arc<SubtaskMetrics>>> = graph
@@ -195,6 +212,7 @@ pub(crate) fn build_tasks(
         node_metrics: &node_metrics,
         senders: &senders,
         restored,
+        state,
     };
     let mut tasks = Vec::new();
     for &h in &compiled.heads {
@@ -242,9 +260,42 @@ struct ChainBuilder<'a> {
     node_metrics: &'a [Vec<Arc<SubtaskMetrics>>],
     senders: &'a HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>>,
     restored: &'a RestoredState,
+    state: &'a JobStateEnv,
 }
 
 impl ChainBuilder<'_> {
+    /// The keyed state of subtask `i` of node `n`, if its input is keyed (`key_by`).
+    fn keyed_state(&self, n: NodeId, i: u32, range: &std::ops::Range<u16>) -> Result<Option<KeyedState>> {
+        let node = &self.graph.nodes[n];
+        let keyed = matches!(node.kind, NodeKind::Operator(_))
+            && node.inputs.len() == 1
+            && node.inputs[0].kind == EdgeKind::Hash;
+        if !keyed {
+            return Ok(None);
+        }
+        let uid = &self.compiled.plan.operators[n].uid;
+        let operator = caudal_checkpoints::OperatorId::new(uid.clone())
+            .map_err(|e| Error::config(format!("{}.name", node.name), e.to_string()))?;
+        let range = caudal_checkpoints::KeyGroupRange::new(range.start, range.end);
+        let restore = match (self.restored.keyed.get(uid), &self.state.store, self.restored.checkpoint) {
+            (Some(handles), Some(store), Some(checkpoint)) => Some(RestoreSource {
+                checkpoint,
+                handles: caudal_checkpoints::handles_for_range(handles, range),
+                store: store.clone(),
+                from_savepoint: self.restored.from_savepoint,
+            }),
+            _ => None,
+        };
+        let setup = StateSetup {
+            config: self.state.config.clone(),
+            dir: self.state.dir.join(uid).join(i.to_string()),
+            operator,
+            range,
+            restore,
+        };
+        Ok(Some(KeyedState::new(setup, self.state.paths.clone(), i)))
+    }
+
     fn targets(&self, n: NodeId, i: u32) -> Result<Vec<Box<dyn ChainNode>>> {
         let mut targets = Vec::new();
         for &(v, k) in &self.compiled.outputs[n] {
@@ -270,13 +321,15 @@ impl ChainBuilder<'_> {
     fn build(&self, n: NodeId, i: u32) -> Result<Box<dyn ChainNode>> {
         let node = &self.graph.nodes[n];
         let p = self.compiled.parallelism[n];
+        let key_groups = key_group_range(i, self.config.max_parallelism, p);
+        let keyed = self.keyed_state(n, i, &key_groups)?;
         let ctx = OperatorContext {
             job_name: self.job.to_string(),
             operator_name: node.name.clone(),
             subtask: i,
             parallelism: p,
             max_parallelism: self.config.max_parallelism,
-            key_groups: key_group_range(i, self.config.max_parallelism, p),
+            key_groups,
             watermark: MIN_WATERMARK,
             metrics: self.node_metrics[n][i as usize].clone(),
             operator_uid: self.compiled.plan.operators[n].uid.clone(),
@@ -284,6 +337,7 @@ impl ChainBuilder<'_> {
             checkpoint_timing: self.config.checkpoints.interval.map(|i| (i, self.config.checkpoints.timeout)),
             restored_checkpoint: self.restored.checkpoint,
             restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
+            keyed,
         };
         let targets = self.targets(n, i)?;
         match &node.kind {
@@ -328,6 +382,7 @@ pub(crate) fn spawn(
     tasks: Vec<PhysicalTask>,
     control: &JobControl,
     acks: Option<Sender<super::task::CheckpointAck>>,
+    uploads: Option<super::upload::UploadQueue>,
 ) -> Result<Vec<RunningTask>> {
     let mut handles = Vec::new();
     for t in tasks {
@@ -338,6 +393,7 @@ pub(crate) fn spawn(
             subtask: t.subtask,
             commands: t.command_rx,
             acks: acks.clone(),
+            uploads: uploads.clone(),
             stop: control.stop.clone(),
             cancel: control.cancel.clone(),
             sources_at_end: control.sources_at_end.clone(),

@@ -4,3 +4,4 @@ pub(crate) mod chain;
 pub(crate) mod exchange;
 pub(crate) mod executor;
 pub(crate) mod task;
+pub(crate) mod upload;

@@ -1,14 +1,16 @@
 //! Task loops: a source task polls its reader; every other task reads its input gate.
 //! Both drive a chain of operators and obey commands (checkpoint, complete, cancel).
 
-use super::chain::{AnyBatch, ChainNode, Fanout};
+use super::chain::{AnyBatch, ChainNode, Fanout, TakenSnapshot};
 use super::exchange::ChannelMessage;
+use super::upload::{UploadJob, UploadQueue};
 use crate::metrics::SubtaskMetrics;
 use crate::source::{SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
 use crate::types::{
     Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK, MIN_WATERMARK,
 };
 use crate::{Error, Result};
+use caudal_checkpoints::{Blob, SubtaskSnapshot};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,8 +30,23 @@ pub(crate) enum TaskCommand {
 pub(crate) struct CheckpointAck {
     pub(crate) checkpoint: CheckpointId,
     pub(crate) subtask: u32,
-    /// (operator uid, snapshot) for every operator of the chain, the source's position first.
-    pub(crate) snapshots: Vec<(String, Option<Vec<u8>>)>,
+    /// (operator uid, snapshot) for every operator of the chain, the source's position first;
+    /// an error declines the checkpoint (an upload failed).
+    pub(crate) snapshots: std::result::Result<Vec<(String, SubtaskSnapshot)>, String>,
+    pub(crate) stats: AckStats,
+}
+
+/// What a subtask's snapshot cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AckStats {
+    /// The longest synchronous keyed-state snapshot part of the task's operators.
+    pub(crate) sync: Duration,
+    /// The asynchronous part (uploads) of the task.
+    pub(crate) upload: Duration,
+    /// Bytes written to checkpoint storage for this checkpoint.
+    pub(crate) uploaded_bytes: u64,
+    /// Bytes of state referenced (uploaded now or earlier).
+    pub(crate) state_bytes: u64,
 }
 
 /// What every task loop shares with the job.
@@ -39,6 +56,8 @@ pub(crate) struct TaskEnv {
     pub(crate) subtask: u32,
     pub(crate) commands: Receiver<TaskCommand>,
     pub(crate) acks: Option<Sender<CheckpointAck>>,
+    /// Where keyed-state snapshots are uploaded (off the task thread) before the ack.
+    pub(crate) uploads: Option<UploadQueue>,
     /// Graceful stop (Ctrl-C, stop-with-savepoint): sources end their streams.
     pub(crate) stop: Arc<AtomicBool>,
     /// Hard cancel (a task failed): every loop returns as soon as it can.
@@ -48,11 +67,28 @@ pub(crate) struct TaskEnv {
 }
 
 impl TaskEnv {
-    fn ack(&self, checkpoint: CheckpointId, snapshots: Vec<(String, Option<Vec<u8>>)>) {
+    /// Acks `checkpoint` now, or after the keyed-state uploads when there are any.
+    fn ack(&self, checkpoint: CheckpointId, snapshots: Vec<TakenSnapshot>) {
         crate::crash::point(crate::crash::AFTER_SNAPSHOT_BEFORE_ACK, checkpoint);
-        if let Some(acks) = &self.acks {
-            // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
-            let _ = acks.send(CheckpointAck { checkpoint, subtask: self.subtask, snapshots });
+        let Some(acks) = &self.acks else { return };
+        let subtask = self.subtask;
+        match &self.uploads {
+            Some(q) if snapshots.iter().any(|s| s.keyed.is_some()) => {
+                q.submit(UploadJob { checkpoint, subtask, snapshots, acks: acks.clone() })
+            }
+            _ => {
+                let snapshots = snapshots
+                    .into_iter()
+                    .map(|s| {
+                        let state =
+                            SubtaskSnapshot { keyed_state: None, operator_state: s.operator_state.map(Blob) };
+                        (s.uid, state)
+                    })
+                    .collect();
+                let stats = AckStats::default();
+                // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
+                let _ = acks.send(CheckpointAck { checkpoint, subtask, snapshots: Ok(snapshots), stats });
+            }
         }
     }
 }
@@ -138,7 +174,7 @@ impl<T: Data> SourceRunner<T> {
             TaskCommand::TriggerCheckpoint(barrier) => {
                 self.flush()?;
                 let position = self.reader.position()?;
-                let mut snapshots = vec![(self.settings.uid.clone(), Some(position))];
+                let mut snapshots = vec![TakenSnapshot::operator(self.settings.uid.clone(), Some(position))];
                 self.fanout.each(|t| t.barrier(barrier, &mut snapshots))?;
                 env.ack(barrier.id, snapshots);
                 Ok(())

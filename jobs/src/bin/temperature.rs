@@ -5,7 +5,8 @@
 //!
 //! `--source kafka` reads Avro readings from `--input-topic` instead; `--sink kafka` writes
 //! the results to `--output-topic` and `--windows-topic` exactly once.
-//! `temperature produce` writes simulated readings into a topic.
+//! `temperature produce` writes simulated readings into a topic; `temperature savepoint`
+//! creates, lists and deletes savepoints.
 
 use anyhow::Context;
 use caudal::metrics::{names as metric, OperatorSnapshot};
@@ -53,10 +54,69 @@ enum Delivery {
     None,
 }
 
+/// Where keyed (window) state lives.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StateBackend {
+    /// RocksDB on local disk, incremental checkpoints (the default).
+    Rocksdb,
+    /// In memory (small jobs, tests).
+    Heap,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Write simulated sensor readings into a Kafka topic (Avro, keyed by sensor id).
     Produce(ProduceArgs),
+    /// Savepoints: copy a completed checkpoint into savepoints/NAME (kept until deleted),
+    /// list them, or delete one.
+    Savepoint(SavepointArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+struct SavepointArgs {
+    /// Checkpoint storage: a directory, file:///path or s3://bucket/prefix.
+    #[arg(long, default_value = "data/checkpoints")]
+    checkpoint_dir: String,
+    /// The savepoint to create (default: savepoint-<unix seconds>).
+    #[arg(long, conflicts_with_all = ["list", "delete"])]
+    name: Option<String>,
+    /// The checkpoint to copy, e.g. chk-7 (default: the latest completed).
+    #[arg(long, conflicts_with_all = ["list", "delete"])]
+    from: Option<String>,
+    /// List the savepoints.
+    #[arg(long)]
+    list: bool,
+    /// Delete the savepoint NAME.
+    #[arg(long, value_name = "NAME", conflicts_with = "list")]
+    delete: Option<String>,
+}
+
+/// The job's name: its checkpoints live under `<checkpoint-dir>/temperature/`.
+const JOB: &str = "temperature";
+
+fn savepoint(args: &SavepointArgs) -> anyhow::Result<()> {
+    let mut config = JobConfig::default();
+    config.checkpoints.storage.url = args.checkpoint_dir.clone();
+    let config = config.with_env_overrides()?;
+    let checkpoints = &config.checkpoints;
+    if args.list {
+        for name in caudal::savepoint::list_savepoints(checkpoints, JOB)? {
+            println!("savepoints/{name}");
+        }
+    } else if let Some(name) = &args.delete {
+        let n = caudal::savepoint::delete_savepoint(checkpoints, JOB, name)?;
+        eprintln!("temperature: deleted savepoints/{name} ({n} objects)");
+    } else {
+        let name = args.name.clone().unwrap_or_else(|| {
+            let secs =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            format!("savepoint-{secs}")
+        });
+        let path = caudal::savepoint::create_savepoint(checkpoints, JOB, args.from.as_deref(), &name)?;
+        eprintln!("temperature: savepoint written; restore with --restore {path}");
+        println!("{path}");
+    }
+    Ok(())
 }
 
 /// The simulated sensors.
@@ -209,6 +269,16 @@ struct Args {
     /// With --restore latest: skip a corrupt latest checkpoint and use the previous one.
     #[arg(long)]
     fallback: bool,
+    /// On Ctrl-C / SIGTERM, keep the final checkpoint as savepoint NAME (restore it with
+    /// --restore savepoints/NAME).
+    #[arg(long, value_name = "NAME")]
+    stop_with_savepoint: Option<String>,
+    /// Where keyed (window) state lives.
+    #[arg(long, value_enum, default_value_t = StateBackend::Rocksdb)]
+    state_backend: StateBackend,
+    /// Local working directory of RocksDB (default: under the system temp dir).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
     /// Seconds between progress lines (0 = none).
     #[arg(long, default_value_t = 5)]
     progress_secs: u64,
@@ -276,8 +346,10 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::Produce(p)) = &args.command {
-        return produce(p);
+    match &args.command {
+        Some(Command::Produce(p)) => return produce(p),
+        Some(Command::Savepoint(sp)) => return savepoint(sp),
+        None => {}
     }
     let mut config = JobConfig {
         parallelism: args.parallelism,
@@ -291,6 +363,12 @@ fn main() -> anyhow::Result<()> {
     config.checkpoints.retained = args.retained_checkpoints as usize;
     config.checkpoints.restore = args.restore.as_deref().map(str::parse).transpose()?;
     config.checkpoints.fallback = args.fallback;
+    config.checkpoints.savepoint_on_stop = args.stop_with_savepoint.clone();
+    config.state.kind = match args.state_backend {
+        StateBackend::Rocksdb => caudal_checkpoints::BackendKind::Rocksdb,
+        StateBackend::Heap => caudal_checkpoints::BackendKind::Heap,
+    };
+    config.state_dir = args.state_dir.clone();
     let config = config.with_env_overrides()?;
     let job = TemperatureJob {
         source: match args.source {
@@ -350,8 +428,11 @@ fn main() -> anyhow::Result<()> {
     if let Some(addr) = env.config().web_bind {
         eprintln!("temperature: web UI at http://{addr}/jobs/temperature (REST API under /api/v1)");
     }
-    let result = env.execute("temperature").context("temperature job failed")?;
+    let result = env.execute(JOB).context("temperature job failed")?;
     eprintln!("{}", progress_line(&result.operators, result.elapsed));
+    if let Some(path) = &result.savepoint {
+        eprintln!("temperature: savepoint written; restore with --restore {path}");
+    }
     eprintln!("temperature: finished in {:.1}s", result.elapsed.as_secs_f64());
     Ok(())
 }

@@ -1,18 +1,32 @@
 //! The keyed window operator: assigns records to windows, keeps one accumulator per key and
 //! window, fires when the watermark passes a window's end, and counts late records.
+//!
+//! State lives in the subtask's keyed-state backend (`OperatorContext::keyed_state`: RocksDB or
+//! heap), one entry per key: `window | key` → its open windows `[(window, accumulator, fired)]`.
+//! The hot path never touches the backend per record: a [`WindowCache`] pre-aggregates the keys
+//! in use in memory and writes the changed ones through at every barrier (then the engine
+//! snapshots the backend) or when it outgrows `state.cache_entries`; a key not in the cache
+//! costs one backend read. Event-time timers stay in memory and are rebuilt from the backend
+//! on restore (one contiguous scan of the subtask's key groups).
 
 use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::WindowEmitter;
-use caudal::keygroup::StableHasher;
+use caudal::keygroup::{key_group_of, StableHasher};
 use caudal::metrics::names;
 use caudal::{Batch, Data, Key, Operator, OperatorContext, Record, Result, Timestamp};
+use caudal_checkpoints::keys::decode_key;
+use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
 use serde::{Deserialize, Serialize};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<StableHasher>>;
+
+/// The name of the window operator's state in the backend.
+pub const WINDOW_STATE: &str = "window";
 
 /// What the window operator emits: results, and late records when a side output is asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,26 +37,191 @@ pub enum WindowOutput<R, T> {
     Late(T),
 }
 
+#[derive(Debug, Clone)]
 struct WindowSlot<A> {
     window: TimeWindow,
     acc: A,
     fired: bool,
 }
 
+/// The stored value of a key: its windows first, so that a restore rebuilds the timers
+/// without decoding the accumulators.
+type StoredWindows<A> = (Vec<(TimeWindow, bool)>, Vec<A>);
+
+fn encode_slots<A: Data>(slots: &[WindowSlot<A>]) -> Result<Vec<u8>> {
+    let windows: Vec<(TimeWindow, bool)> = slots.iter().map(|s| (s.window, s.fired)).collect();
+    let accs: Vec<&A> = slots.iter().map(|s| &s.acc).collect();
+    encode(&(windows, accs))
+}
+
+fn decode_slots<A: Data>(bytes: &[u8]) -> Result<Vec<WindowSlot<A>>> {
+    let (windows, accs): StoredWindows<A> = decode(bytes)?;
+    if windows.len() != accs.len() {
+        return Err(codec_err(
+            "decoding",
+            format!("{} windows but {} accumulators", windows.len(), accs.len()),
+        ));
+    }
+    Ok(windows
+        .into_iter()
+        .zip(accs)
+        .map(|((window, fired), acc)| WindowSlot { window, acc, fired })
+        .collect())
+}
+
+/// The windows of a stored value (its prefix).
+fn decode_windows(bytes: &[u8]) -> Result<Vec<(TimeWindow, bool)>> {
+    decode(bytes)
+}
+
+/// One key's open windows, cached in memory.
+struct KeyEntry<A> {
+    key_group: u16,
+    slots: Vec<WindowSlot<A>>,
+    /// Changed since it was last written to the backend.
+    dirty: bool,
+    /// The backend may hold an older value (so an empty entry must be deleted there).
+    persisted: bool,
+}
+
+fn codec_err(what: &str, e: impl std::fmt::Display) -> caudal::Error {
+    caudal::Error::Operator(format!("window state {what}: {e}"))
+}
+
+fn encode<V: Serialize + ?Sized>(v: &V) -> Result<Vec<u8>> {
+    bincode::serde::encode_to_vec(v, bincode::config::standard()).map_err(|e| codec_err("encoding", e))
+}
+
+fn decode<V: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<V> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|e| codec_err("decoding (corrupt or from another job version)", e))
+}
+
+/// The write-back cache of window state in front of the keyed-state backend.
+struct WindowCache<K, A> {
+    entries: FastMap<K, KeyEntry<A>>,
+    state: StateId,
+    capacity: usize,
+    max_parallelism: u32,
+}
+
+impl<K: Key, A: Data> WindowCache<K, A> {
+    fn new(capacity: usize, max_parallelism: u32) -> Self {
+        WindowCache {
+            entries: FastMap::default(),
+            // A constant, valid name.
+            state: StateId::new(WINDOW_STATE).unwrap_or_else(|_| unreachable!("valid state name")),
+            capacity: capacity.max(1),
+            max_parallelism,
+        }
+    }
+
+    /// The entry of `key`: from memory, else read from the backend, else a new empty one.
+    fn load(&mut self, backend: &dyn KeyedStateBackend, key: &K) -> Result<&mut KeyEntry<A>> {
+        match self.entries.entry(key.clone()) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => {
+                let key_group = key_group_of(key, self.max_parallelism);
+                let encoded = encode(key)?;
+                let stored = backend.get(&StateKey::new(key_group, &self.state, &encoded))?;
+                let (slots, persisted) = match stored {
+                    Some(bytes) => (decode_slots(&bytes)?, true),
+                    None => (Vec::new(), false),
+                };
+                Ok(v.insert(KeyEntry { key_group, slots, dirty: false, persisted }))
+            }
+        }
+    }
+
+    /// Writes every changed entry to the backend in one batch; with `evict`, empties the cache.
+    fn flush(&mut self, backend: &mut dyn KeyedStateBackend, evict: bool) -> Result<()> {
+        let mut batch = StateWriteBatch::new();
+        for (key, e) in self.entries.iter_mut().filter(|(_, e)| e.dirty) {
+            let encoded = encode(key)?;
+            let sk = StateKey::new(e.key_group, &self.state, &encoded);
+            if e.slots.is_empty() {
+                batch.delete(&sk)?;
+                e.persisted = false;
+            } else {
+                batch.put(&sk, &encode_slots(&e.slots)?)?;
+                e.persisted = true;
+            }
+            e.dirty = false;
+        }
+        backend.write_batch(batch)?;
+        if evict {
+            self.entries.clear();
+        } else {
+            self.entries.retain(|_, e| !e.slots.is_empty());
+        }
+        Ok(())
+    }
+
+    /// Spills to the backend when the cache outgrew its capacity.
+    fn bound(&mut self, backend: &mut dyn KeyedStateBackend) -> Result<()> {
+        if self.entries.len() > self.capacity {
+            self.flush(backend, true)?;
+        }
+        Ok(())
+    }
+}
+
+/// Event time: the watermark, and timers (fire time → keys with a window ending, or cleaned
+/// up, then).
+struct Timers<K> {
+    at: BTreeMap<Timestamp, Vec<K>>,
+    lateness: i64,
+    watermark: Timestamp,
+}
+
+impl<K: Key> Timers<K> {
+    fn cleanup_time(&self, w: &TimeWindow) -> Timestamp {
+        w.max_timestamp().saturating_add(self.lateness)
+    }
+
+    /// Whether `w` is past its cleanup time (a record for it is late).
+    fn is_gone(&self, w: &TimeWindow) -> bool {
+        self.cleanup_time(w) <= self.watermark
+    }
+
+    fn register(&mut self, key: &K, w: &TimeWindow) {
+        self.at.entry(w.max_timestamp()).or_default().push(key.clone());
+        if self.lateness > 0 {
+            self.at.entry(self.cleanup_time(w)).or_default().push(key.clone());
+        }
+    }
+}
+
+/// Turns a firing window into output records.
+struct Firing<K, T, E: WindowEmitter<K, T>> {
+    emitter: Arc<E>,
+    emitted: Vec<E::Out>,
+    windows_fired: Option<Arc<AtomicU64>>,
+    _t: std::marker::PhantomData<fn(K, T)>,
+}
+
+impl<K, T: Data, E: WindowEmitter<K, T>> Firing<K, T, E> {
+    fn emit(&mut self, key: &K, window: TimeWindow, acc: &E::Acc, out: &mut Batch<WindowOutput<E::Out, T>>) {
+        self.emitter.emit(key, window, acc, &mut self.emitted);
+        if let Some(c) = &self.windows_fired {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        let ts = window.max_timestamp();
+        out.extend(self.emitted.drain(..).map(|v| Record::new(ts, WindowOutput::Result(v))));
+    }
+}
+
 /// Keyed window operator.
 pub struct WindowOperator<K, T, E: WindowEmitter<K, T>> {
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
     assigner: WindowAssigner,
-    lateness: i64,
-    emitter: Arc<E>,
     late_side_output: bool,
-    state: FastMap<K, Vec<WindowSlot<E::Acc>>>,
-    timers: BTreeMap<Timestamp, Vec<K>>,
-    watermark: Timestamp,
+    firing: Firing<K, T, E>,
+    cache: Option<WindowCache<K, E::Acc>>,
+    timers: Timers<K>,
     assigned: Vec<TimeWindow>,
-    emitted: Vec<E::Out>,
     late_records: Option<Arc<AtomicU64>>,
-    windows_fired: Option<Arc<AtomicU64>>,
 }
 
 impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
@@ -57,181 +236,179 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> WindowOperator<K, T, E> {
         WindowOperator {
             key,
             assigner,
-            lateness: lateness.max(0),
-            emitter,
             late_side_output,
-            state: FastMap::default(),
-            timers: BTreeMap::new(),
-            watermark: caudal::types::MIN_WATERMARK,
+            firing: Firing {
+                emitter,
+                emitted: Vec::new(),
+                windows_fired: None,
+                _t: std::marker::PhantomData,
+            },
+            cache: None,
+            timers: Timers {
+                at: BTreeMap::new(),
+                lateness: lateness.max(0),
+                watermark: caudal::types::MIN_WATERMARK,
+            },
             assigned: Vec::new(),
-            emitted: Vec::new(),
             late_records: None,
-            windows_fired: None,
         }
     }
 
-    fn cleanup_time(&self, w: &TimeWindow) -> Timestamp {
-        w.max_timestamp().saturating_add(self.lateness)
+    fn cache(&mut self, ctx: &OperatorContext) -> &mut WindowCache<K, E::Acc> {
+        self.cache
+            .get_or_insert_with(|| WindowCache::new(ctx.keyed_state_cache_entries(), ctx.max_parallelism))
     }
 
-    fn register(&mut self, key: &K, w: &TimeWindow) {
-        self.timers.entry(w.max_timestamp()).or_default().push(key.clone());
-        if self.lateness > 0 {
-            self.timers.entry(self.cleanup_time(w)).or_default().push(key.clone());
-        }
-    }
-
-    fn emit(&mut self, key: &K, window: TimeWindow, acc: &E::Acc, out: &mut Batch<WindowOutput<E::Out, T>>) {
-        self.emitter.emit(key, window, acc, &mut self.emitted);
-        if let Some(c) = &self.windows_fired {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        let ts = window.max_timestamp();
-        out.extend(self.emitted.drain(..).map(|v| Record::new(ts, WindowOutput::Result(v))));
-    }
-
-    fn add_fixed(&mut self, key: K, value: &T, out: &mut Batch<WindowOutput<E::Out, T>>) -> bool {
-        let mut accepted = false;
-        let assigned = std::mem::take(&mut self.assigned);
-        for w in &assigned {
-            if self.cleanup_time(w) <= self.watermark {
-                continue;
-            }
-            accepted = true;
-            let slots = self.state.entry(key.clone()).or_default();
-            let idx = match slots.iter().position(|s| s.window == *w) {
-                Some(i) => i,
-                None => {
-                    slots.push(WindowSlot { window: *w, acc: self.emitter.create(), fired: false });
-                    let i = slots.len() - 1;
-                    self.register(&key, w);
-                    i
-                }
-            };
-            let slots = self.state.get_mut(&key).map(|s| &mut s[idx]);
-            if let Some(slot) = slots {
-                self.emitter.add(&mut slot.acc, value);
-                if slot.fired {
-                    // Late but within allowed lateness: fire again with the update.
-                    let (window, acc) = (slot.window, slot.acc.clone());
-                    self.emit(&key, window, &acc, out);
-                }
-            }
-        }
-        self.assigned = assigned;
-        accepted
-    }
-
-    fn add_session(&mut self, key: K, value: &T, out: &mut Batch<WindowOutput<E::Out, T>>) -> bool {
-        let Some(mut window) = self.assigned.first().copied() else { return false };
-        if self.cleanup_time(&window) <= self.watermark {
-            return false;
-        }
-        let mut acc = self.emitter.create();
-        self.emitter.add(&mut acc, value);
-        let slots = self.state.entry(key.clone()).or_default();
-        let mut i = 0;
-        while i < slots.len() {
-            if slots[i].window.intersects(&window) {
-                let s = slots.swap_remove(i);
-                window = window.cover(&s.window);
-                let mut merged = s.acc;
-                self.emitter.merge(&mut merged, acc);
-                acc = merged;
-            } else {
-                i += 1;
-            }
-        }
-        // A merged session fires again only once the watermark has passed its (new) end.
-        let refire = window.max_timestamp() <= self.watermark;
-        if refire {
-            self.emit(&key, window, &acc, out);
-        }
-        if let Some(slots) = self.state.get_mut(&key) {
-            slots.push(WindowSlot { window, acc, fired: refire });
-        }
-        self.register(&key, &window);
-        true
-    }
-
-    fn fire_key(&mut self, key: &K, out: &mut Batch<WindowOutput<E::Out, T>>) {
-        let Some(mut slots) = self.state.remove(key) else { return };
-        slots.sort_by_key(|s| s.window);
-        let wm = self.watermark;
-        let mut keep = Vec::with_capacity(slots.len());
-        for mut s in slots {
-            if !s.fired && s.window.max_timestamp() <= wm {
-                self.emit(key, s.window, &s.acc, out);
-                s.fired = true;
-            }
-            if self.cleanup_time(&s.window) > wm {
-                keep.push(s);
-            }
-        }
-        if !keep.is_empty() {
-            self.state.insert(key.clone(), keep);
-        }
-    }
-
-    /// Number of (key, window) accumulators held.
+    /// Number of (key, window) accumulators held in memory (the rest is in the backend).
     pub fn open_windows(&self) -> usize {
-        self.state.values().map(Vec::len).sum()
+        self.cache.as_ref().map_or(0, |c| c.entries.values().map(|e| e.slots.len()).sum())
+    }
+
+    /// Rebuilds the timers of every window in the backend (after a restore).
+    fn rebuild_timers(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
+        for kg in backend.key_groups().iter() {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let page = backend.list_entries(kg, after.as_deref(), 4096)?;
+                for e in &page.entries {
+                    let Some(d) = decode_key(&e.key).filter(|d| d.state == WINDOW_STATE) else { continue };
+                    let key: K = decode(d.key)?;
+                    for (window, _) in decode_windows(&e.value)? {
+                        self.timers.register(&key, &window);
+                    }
+                }
+                match page.next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// The checkpointed form of the window state: per key, its windows.
-type Snapshot<K, A> = Vec<(K, Vec<(TimeWindow, A, bool)>)>;
+/// Adds `value` to its (fixed) windows `assigned` of `entry`; returns whether any took it.
+fn add_fixed<K: Key, T: Data, E: WindowEmitter<K, T>>(
+    entry: &mut KeyEntry<E::Acc>,
+    key: &K,
+    value: &T,
+    assigned: &[TimeWindow],
+    timers: &mut Timers<K>,
+    firing: &mut Firing<K, T, E>,
+    out: &mut Batch<WindowOutput<E::Out, T>>,
+) -> bool {
+    let mut accepted = false;
+    for w in assigned {
+        if timers.is_gone(w) {
+            continue;
+        }
+        accepted = true;
+        entry.dirty = true;
+        let idx = match entry.slots.iter().position(|s| s.window == *w) {
+            Some(i) => i,
+            None => {
+                entry.slots.push(WindowSlot { window: *w, acc: firing.emitter.create(), fired: false });
+                timers.register(key, w);
+                entry.slots.len() - 1
+            }
+        };
+        let slot = &mut entry.slots[idx];
+        firing.emitter.add(&mut slot.acc, value);
+        if slot.fired {
+            // Late but within allowed lateness: fire again with the update.
+            let (window, acc) = (slot.window, slot.acc.clone());
+            firing.emit(key, window, &acc, out);
+        }
+    }
+    accepted
+}
 
-fn codec_err(what: &str, e: impl std::fmt::Display) -> caudal::Error {
-    caudal::Error::Operator(format!("window state {what}: {e}"))
+/// Adds `value` to its session window, merging the sessions it touches.
+fn add_session<K: Key, T: Data, E: WindowEmitter<K, T>>(
+    entry: &mut KeyEntry<E::Acc>,
+    key: &K,
+    value: &T,
+    mut window: TimeWindow,
+    timers: &mut Timers<K>,
+    firing: &mut Firing<K, T, E>,
+    out: &mut Batch<WindowOutput<E::Out, T>>,
+) {
+    let mut acc = firing.emitter.create();
+    firing.emitter.add(&mut acc, value);
+    let mut i = 0;
+    while i < entry.slots.len() {
+        if entry.slots[i].window.intersects(&window) {
+            let s = entry.slots.swap_remove(i);
+            window = window.cover(&s.window);
+            let mut merged = s.acc;
+            firing.emitter.merge(&mut merged, acc);
+            acc = merged;
+        } else {
+            i += 1;
+        }
+    }
+    // A merged session fires again only once the watermark has passed its (new) end.
+    let refire = window.max_timestamp() <= timers.watermark;
+    if refire {
+        firing.emit(key, window, &acc, out);
+    }
+    entry.slots.push(WindowSlot { window, acc, fired: refire });
+    entry.dirty = true;
+    timers.register(key, &window);
+}
+
+/// Fires the windows of `entry` that ended by `watermark`, drops those past cleanup.
+fn fire_entry<K: Key, T: Data, E: WindowEmitter<K, T>>(
+    entry: &mut KeyEntry<E::Acc>,
+    key: &K,
+    timers: &Timers<K>,
+    firing: &mut Firing<K, T, E>,
+    out: &mut Batch<WindowOutput<E::Out, T>>,
+) {
+    let watermark = timers.watermark;
+    entry.slots.sort_by_key(|s| s.window);
+    let before = entry.slots.len();
+    for s in entry.slots.iter_mut() {
+        if !s.fired && s.window.max_timestamp() <= watermark {
+            firing.emit(key, s.window, &s.acc, out);
+            s.fired = true;
+            entry.dirty = true;
+        }
+    }
+    entry.slots.retain(|s| !timers.is_gone(&s.window));
+    if entry.slots.len() != before {
+        entry.dirty = true;
+    }
 }
 
 impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, E> {
     type In = T;
     type Out = WindowOutput<E::Out, T>;
 
+    /// Writes the changed windows through to the keyed-state backend; the engine then
+    /// snapshots the backend (the window operator has no other state).
     fn snapshot(
         &mut self,
         _checkpoint: caudal::CheckpointId,
-        _ctx: &mut OperatorContext,
+        ctx: &mut OperatorContext,
     ) -> Result<Option<Vec<u8>>> {
-        let mut keys: Vec<&K> = self.state.keys().collect();
-        keys.sort();
-        let snapshot: Snapshot<&K, &E::Acc> = keys
-            .into_iter()
-            .map(|k| {
-                let slots = self.state[k].iter().map(|s| (s.window, &s.acc, s.fired)).collect();
-                (k, slots)
-            })
-            .collect();
-        bincode::serde::encode_to_vec(&snapshot, bincode::config::standard())
-            .map(Some)
-            .map_err(|e| codec_err("encoding", e))
+        if let Some(cache) = &mut self.cache {
+            cache.flush(&mut *ctx.keyed_state()?, false)?;
+        }
+        Ok(None)
     }
 
-    fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
-        for blob in snapshots {
-            let (snapshot, _): (Snapshot<K, E::Acc>, usize) =
-                bincode::serde::decode_from_slice(&blob, bincode::config::standard())
-                    .map_err(|e| codec_err("decoding (corrupt or from another job version)", e))?;
-            for (key, slots) in snapshot {
-                // After a rescale each subtask keeps only the keys of its key groups.
-                if !ctx.key_groups.contains(&caudal::keygroup::key_group_of(&key, ctx.max_parallelism)) {
-                    continue;
-                }
-                for (window, _, _) in &slots {
-                    self.register(&key, window);
-                }
-                let slots = slots.into_iter().map(|(window, acc, fired)| WindowSlot { window, acc, fired });
-                self.state.entry(key).or_default().extend(slots);
-            }
-        }
-        Ok(())
+    /// The engine restored the backend (this subtask's key groups); rebuild the timers.
+    fn restore(&mut self, _snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        self.cache = None;
+        self.timers.at.clear();
+        let backend = ctx.keyed_state()?;
+        self.rebuild_timers(&*backend)
     }
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.late_records = Some(ctx.metrics.counter(names::LATE_RECORDS));
-        self.windows_fired = Some(ctx.metrics.counter(names::WINDOWS_FIRED));
+        self.firing.windows_fired = Some(ctx.metrics.counter(names::WINDOWS_FIRED));
         Ok(())
     }
 
@@ -239,25 +416,40 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
         &mut self,
         batch: Batch<T>,
         out: &mut Batch<Self::Out>,
-        _ctx: &mut OperatorContext,
+        ctx: &mut OperatorContext,
     ) -> Result<()> {
+        self.cache(ctx);
+        let mut backend = ctx.keyed_state()?;
+        let Self { key: key_fn, assigner, late_side_output, firing, cache, timers, assigned, .. } = self;
+        let Some(cache) = cache.as_mut() else { return Ok(()) };
         let mut late = 0u64;
         for r in batch {
-            let key = (self.key)(&r.value);
-            self.assigned.clear();
-            self.assigner.assign(r.ts, &mut self.assigned);
-            let accepted = if self.assigner.is_merging() {
-                self.add_session(key, &r.value, out)
+            let key = key_fn(&r.value);
+            assigned.clear();
+            assigner.assign(r.ts, assigned);
+            let accepted = if assigner.is_merging() {
+                match assigned.first().copied() {
+                    Some(w) if !timers.is_gone(&w) => {
+                        let entry = cache.load(&*backend, &key)?;
+                        add_session(entry, &key, &r.value, w, timers, firing, out);
+                        true
+                    }
+                    _ => false,
+                }
+            } else if assigned.iter().all(|w| timers.is_gone(w)) {
+                false
             } else {
-                self.add_fixed(key, &r.value, out)
+                let entry = cache.load(&*backend, &key)?;
+                add_fixed(entry, &key, &r.value, assigned, timers, firing, out)
             };
             if !accepted {
                 late += 1;
-                if self.late_side_output {
+                if *late_side_output {
                     out.push(Record::new(r.ts, WindowOutput::Late(r.value)));
                 }
             }
         }
+        cache.bound(&mut *backend)?;
         if late > 0 {
             if let Some(c) = &self.late_records {
                 c.fetch_add(late, Ordering::Relaxed);
@@ -270,21 +462,32 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
         &mut self,
         watermark: Timestamp,
         out: &mut Batch<Self::Out>,
-        _ctx: &mut OperatorContext,
+        ctx: &mut OperatorContext,
     ) -> Result<()> {
-        if watermark <= self.watermark {
+        if watermark <= self.timers.watermark {
             return Ok(());
         }
-        self.watermark = watermark;
-        while let Some(entry) = self.timers.first_entry() {
+        self.timers.watermark = watermark;
+        let due = self.timers.at.first_key_value().is_some_and(|(t, _)| *t <= watermark);
+        if !due {
+            return Ok(());
+        }
+        self.cache(ctx);
+        let mut backend = ctx.keyed_state()?;
+        let Self { firing, cache, timers, .. } = self;
+        let Some(cache) = cache.as_mut() else { return Ok(()) };
+        while let Some(entry) = timers.at.first_entry() {
             if *entry.key() > watermark {
                 break;
             }
-            let keys = entry.remove();
-            for key in keys {
-                self.fire_key(&key, out);
+            for key in entry.remove() {
+                let e = cache.load(&*backend, &key)?;
+                fire_entry(e, &key, timers, firing, out);
+                if e.slots.is_empty() && !e.persisted {
+                    cache.entries.remove(&key);
+                }
             }
         }
-        Ok(())
+        cache.bound(&mut *backend)
     }
 }

@@ -308,12 +308,17 @@ fn state_survives_snapshot_and_restore_with_rescale() {
     for k in 0..20u32 {
         h.process(vec![Record::new(1, (k, 1)), Record::new(2, (k, i64::from(k)))]).unwrap();
     }
-    let snapshot = h.snapshot(1).unwrap().unwrap();
+    let snapshot = h.snapshot(1).unwrap();
+    assert!(snapshot.operator_state.is_none(), "window state lives in the keyed-state backend");
     let mut restored = Vec::new();
     for subtask in 0..3 {
         let mut r = harness(tumbling(10), 0);
         r.restore_as(vec![snapshot.clone()], subtask, 3).unwrap();
-        r.process(vec![Record::new(3, (0, 100))]).unwrap(); // only the owner of key 0 keeps it
+        let owner =
+            caudal::keygroup::subtask_for_key_group(caudal::keygroup::key_group_of(&0u32, 128), 128, 3);
+        if subtask == owner {
+            r.process(vec![Record::new(3, (0, 100))]).unwrap(); // keys reach their owner only
+        }
         r.watermark(100).unwrap();
         restored.extend(r.take_values());
     }
@@ -325,10 +330,9 @@ fn state_survives_snapshot_and_restore_with_rescale() {
         })
         .collect();
     sums.sort();
-    // Each key exactly once; key 0 got the extra 100 in every subtask that saw it — so the
-    // record with key 0 went to all three harnesses: only one of them owned the key before.
+    // Each key exactly once, in the subtask owning its key group; key 0 with the extra 100.
     let key0: Vec<i64> = sums.iter().filter(|(k, _)| *k == 0).map(|(_, v)| *v).collect();
-    assert!(key0.contains(&101), "{key0:?}");
+    assert_eq!(key0, vec![101]);
     let others: Vec<(u32, i64)> = sums.into_iter().filter(|(k, _)| *k != 0).collect();
     assert_eq!(others, (1..20u32).map(|k| (k, 1 + i64::from(k))).collect::<Vec<_>>());
 }
@@ -336,6 +340,48 @@ fn state_survives_snapshot_and_restore_with_rescale() {
 #[test]
 fn corrupt_state_is_a_clear_error() {
     let mut h = harness(tumbling(10), 0);
-    let err = h.restore_as(vec![vec![0xff, 0x01, 0x02]], 0, 1).unwrap_err().to_string();
+    h.process(vec![Record::new(1, (7, 1))]).unwrap();
+    let snapshot = h.snapshot(1).unwrap();
+    // Overwrite the stored windows of key 7 with garbage.
+    {
+        let mut backend = h.keyed_state().unwrap();
+        let state = caudal_checkpoints::StateId::new(super::operator::WINDOW_STATE).unwrap();
+        let key = bincode::serde::encode_to_vec(7u32, bincode::config::standard()).unwrap();
+        let kg = caudal::keygroup::key_group_of(&7u32, 128);
+        backend.put(&caudal_checkpoints::StateKey::new(kg, &state, &key), &[0xff, 0x01, 0x02]).unwrap();
+    }
+    let corrupt = h.snapshot(2).unwrap();
+    let mut r = harness(tumbling(10), 0);
+    r.restore_as(vec![snapshot], 0, 1).unwrap();
+    let mut r = harness(tumbling(10), 0);
+    let err = r.restore_as(vec![corrupt], 0, 1).unwrap_err().to_string();
     assert!(err.contains("window state decoding"), "{err}");
+}
+
+#[test]
+fn records_are_pre_aggregated_in_memory_and_written_through_at_the_barrier() {
+    let mut h = harness(tumbling(10), 0);
+    for i in 0..100 {
+        h.process(vec![Record::new(i % 10, (i as u32 % 4, 1))]).unwrap();
+    }
+    let stored = |h: &OperatorHarness<_>| {
+        let backend = h.keyed_state().unwrap();
+        backend.key_group_stats().unwrap().iter().map(|s| s.entries).sum::<u64>()
+    };
+    assert_eq!(stored(&h), 0, "nothing is written per record");
+    h.snapshot(1).unwrap();
+    assert_eq!(stored(&h), 4, "one entry per key after the barrier");
+    h.watermark(100).unwrap();
+    h.snapshot(2).unwrap();
+    assert_eq!(stored(&h), 0, "fired windows are deleted");
+    let mut sums: Vec<(u32, i64)> = h
+        .take_values()
+        .into_iter()
+        .filter_map(|o| match o {
+            Out::Result(r) => Some((r.key, r.value)),
+            Out::Late(_) => None,
+        })
+        .collect();
+    sums.sort();
+    assert_eq!(sums, vec![(0, 25), (1, 25), (2, 25), (3, 25)]);
 }

@@ -1,0 +1,290 @@
+//! Checkpoints of a large keyed state through the engine: a keyed window operator on RocksDB
+//! is loaded with `--keys` keys of `--value-bytes` each (1 GB by default), then a small
+//! fraction of the keys is updated between checkpoints. Prints, from the job's own checkpoint
+//! statistics, the synchronous part (flush + RocksDB checkpoint: the time records wait) and the
+//! upload of the incremental checkpoints (p50/p99/max), then restores the job from its last
+//! loaded checkpoint and prints the restore time (download, verify, open, timer rebuild).
+//!
+//! ```text
+//! cargo run --release -p caudal-benches --bin state_checkpoint -- --keys 1000000 --value-bytes 1000
+//! ```
+
+use anyhow::Context;
+use caudal::metrics::names;
+use caudal::{
+    JobConfig, RestoreFrom, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, StreamEnv,
+};
+use caudal::{Result as CaudalResult, WatermarkStrategy};
+use caudal_operators::sinks::DiscardSink;
+use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
+use clap::Parser;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Parser)]
+#[command(about = "Checkpoint and restore of a large keyed state through the engine")]
+struct Args {
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Bytes of state per key.
+    #[arg(long, default_value_t = 1000)]
+    value_bytes: usize,
+    /// Fraction of the keys updated between two checkpoints after the load.
+    #[arg(long, default_value_t = 0.01)]
+    update_fraction: f64,
+    /// Seconds between checkpoints.
+    #[arg(long, default_value_t = 2.0)]
+    checkpoint_interval: f64,
+    /// Checkpoints to take after the load.
+    #[arg(long, default_value_t = 20)]
+    checkpoints: u64,
+    /// Checkpoint storage (default: a fresh directory under the temp dir, removed at the end).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+}
+
+/// (key, payload)
+type Entry = (u64, Vec<u8>);
+
+/// Emits every key once (the load), then updates at a rate of `updates_per_sec` until
+/// `total` records were emitted.
+struct LoadThenUpdate {
+    keys: u64,
+    value_bytes: usize,
+    updates_per_sec: f64,
+    total: u64,
+}
+
+struct Reader {
+    cfg: LoadThenUpdate,
+    next: u64,
+    updates_started: Option<Instant>,
+    /// Position recorded by the last snapshot (at most one checkpoint is in flight).
+    snapshotted: u64,
+    /// The load is in a completed checkpoint: updates may start.
+    loaded: bool,
+}
+
+/// The first checkpoint holding the whole load (its id), set by the source.
+static LOADED_AT: AtomicU64 = AtomicU64::new(0);
+
+impl Source for LoadThenUpdate {
+    type Out = Entry;
+
+    fn create_reader(
+        &self,
+        _ctx: &SourceContext,
+        restored: &[Vec<u8>],
+    ) -> CaudalResult<Box<dyn SourceReader<Entry>>> {
+        let next = restored.first().and_then(|p| p.as_slice().try_into().ok()).map_or(0, u64::from_le_bytes);
+        let cfg = LoadThenUpdate { ..*self };
+        let loaded = next >= self.keys;
+        Ok(Box::new(Reader { cfg, next, updates_started: None, snapshotted: 0, loaded }))
+    }
+}
+
+impl SourceReader<Entry> for Reader {
+    fn splits(&self) -> usize {
+        1
+    }
+
+    fn poll(&mut self, out: &mut SourceOutput<'_, Entry>) -> CaudalResult<SourcePoll> {
+        let c = &self.cfg;
+        while out.capacity_left() > 0 && self.next < c.total {
+            let n = self.next;
+            if n >= c.keys {
+                if !self.loaded {
+                    // Updates start once a checkpoint holds the whole load.
+                    return Ok(SourcePoll::Pending(Duration::from_millis(5)));
+                }
+                let started = *self.updates_started.get_or_insert_with(Instant::now);
+                let due = (started.elapsed().as_secs_f64() * c.updates_per_sec) as u64;
+                if n - c.keys >= due {
+                    return Ok(SourcePoll::Pending(Duration::from_millis(5)));
+                }
+            }
+            // Updates walk the keys with a stride so they spread over all key groups.
+            let key = if n < c.keys { n } else { (n - c.keys).wrapping_mul(7919) % c.keys };
+            // Incompressible bytes (xorshift), like real state after LZ4.
+            let mut x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let payload: Vec<u8> = (0..c.value_bytes)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            out.collect(0, (key, payload));
+            self.next += 1;
+        }
+        Ok(if self.next >= c.total { SourcePoll::Finished } else { SourcePoll::Ready })
+    }
+
+    fn position(&mut self) -> CaudalResult<Vec<u8>> {
+        self.snapshotted = self.next;
+        Ok(self.next.to_le_bytes().to_vec())
+    }
+
+    fn on_checkpoint_complete(&mut self, checkpoint: caudal::CheckpointId) -> CaudalResult<()> {
+        if !self.loaded && self.snapshotted >= self.cfg.keys {
+            self.loaded = true;
+            LOADED_AT.store(checkpoint.0, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+impl Clone for LoadThenUpdate {
+    fn clone(&self) -> Self {
+        LoadThenUpdate { ..*self }
+    }
+}
+
+/// Keeps the latest payload of a key.
+struct Latest;
+
+impl AggregateFunction<Entry> for Latest {
+    type Acc = Vec<u8>;
+    type Out = usize;
+    fn create(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn add(&self, acc: &mut Vec<u8>, v: &Entry) {
+        acc.clone_from(&v.1);
+    }
+    fn merge(&self, acc: &mut Vec<u8>, o: Vec<u8>) {
+        *acc = o;
+    }
+    fn result(&self, acc: &Vec<u8>) -> usize {
+        acc.len()
+    }
+}
+
+fn run(
+    args: &Args,
+    dir: &str,
+    restore: Option<RestoreFrom>,
+    total: u64,
+) -> anyhow::Result<caudal::JobResult> {
+    let mut config = JobConfig { parallelism: 1, handle_signals: false, ..JobConfig::default() };
+    config.checkpoints.interval = Some(Duration::from_secs_f64(args.checkpoint_interval));
+    config.checkpoints.storage.url = dir.to_string();
+    config.checkpoints.retained = 3;
+    config.checkpoints.restore = restore;
+    let env = StreamEnv::with_config(config);
+    let source = LoadThenUpdate {
+        keys: args.keys,
+        value_bytes: args.value_bytes.max(8),
+        updates_per_sec: args.keys as f64 * args.update_fraction / args.checkpoint_interval,
+        total,
+    };
+    // One event-time instant, one day-long window: nothing fires before the end of input.
+    env.source(
+        "load-then-update",
+        source,
+        WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |_| 0),
+    )
+    .key_by(|e: &Entry| e.0)
+    .window(WindowAssigner::tumbling(Duration::from_secs(86_400)))
+    .name("state")
+    .aggregate(Latest)
+    .sink("discard", |_| Ok(DiscardSink::default()));
+    Ok(env.execute("state-checkpoint")?)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let owned = args.checkpoint_dir.is_none();
+    let dir = args
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("caudal-state-bench-{}", std::process::id())));
+    let url = dir.display().to_string();
+    let updates = (args.keys as f64 * args.update_fraction) as u64 * args.checkpoints;
+    let total = args.keys + updates;
+    eprintln!(
+        "loading {} keys x {} B = {:.0} MB, then {} updates over ~{} checkpoints",
+        args.keys,
+        args.value_bytes,
+        (args.keys as f64 * args.value_bytes as f64) / 1e6,
+        updates,
+        args.checkpoints
+    );
+    let started = Instant::now();
+    let result = run(&args, &url, None, total).context("load and update run")?;
+    eprintln!("run took {:.1}s", started.elapsed().as_secs_f64());
+    let done: Vec<_> = result.checkpoints.iter().filter(|c| c.status == "COMPLETED").collect();
+    let loaded_at = LOADED_AT.load(Ordering::SeqCst);
+    println!(
+        "{:>5} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "chk", "total ms", "sync ms", "upload ms", "size MB", "uploaded MB"
+    );
+    for c in &done {
+        println!(
+            "{:>5} {:>10} {:>10.1} {:>10.1} {:>12.1} {:>12.1}",
+            c.id,
+            c.duration_ms,
+            c.sync_us as f64 / 1e3,
+            c.upload_us as f64 / 1e3,
+            c.size_bytes as f64 / 1e6,
+            c.incremental_bytes as f64 / 1e6
+        );
+    }
+    let Some(first_full) = done.iter().position(|c| c.id == loaded_at) else {
+        anyhow::bail!("no checkpoint held the whole load");
+    };
+    // Incremental checkpoints: after the first full one, before the final one (taken after the
+    // end of input fired every window).
+    let incremental: Vec<_> = done[first_full + 1..done.len().saturating_sub(1)].to_vec();
+    let mut sync: Vec<f64> = incremental.iter().map(|c| c.sync_us as f64 / 1e3).collect();
+    let mut upload: Vec<f64> = incremental.iter().map(|c| c.upload_us as f64 / 1e3).collect();
+    let mut total_ms: Vec<f64> = incremental.iter().map(|c| c.duration_ms as f64).collect();
+    for v in [&mut sync, &mut upload, &mut total_ms] {
+        v.sort_by(f64::total_cmp);
+    }
+    let new_share: Vec<f64> =
+        incremental.iter().map(|c| c.incremental_bytes as f64 / c.size_bytes.max(1) as f64).collect();
+    println!(
+        "incremental checkpoints: {} (new bytes {:.1}-{:.1} % of the state)",
+        incremental.len(),
+        new_share.iter().copied().fold(f64::INFINITY, f64::min) * 100.0,
+        new_share.iter().copied().fold(0.0, f64::max) * 100.0
+    );
+    for (name, v) in [("sync part", &sync), ("upload", &upload), ("trigger to complete", &total_ms)] {
+        println!(
+            "  {name:<20} p50 {:>8.1} ms  p99 {:>8.1} ms  max {:>8.1} ms",
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v.last().copied().unwrap_or(0.0)
+        );
+    }
+    let restore_from = incremental.last().map_or(done[first_full].id, |c| c.id);
+    let started = Instant::now();
+    let restored = run(&args, &url, Some(RestoreFrom::Path(format!("chk-{restore_from}"))), args.keys)
+        .context("restore run")?;
+    let restore_ms = restored
+        .operator("state")
+        .and_then(|o| o.counters.get(names::STATE_RESTORE_MS).copied())
+        .unwrap_or(0);
+    println!(
+        "restore of chk-{restore_from} ({:.0} MB): {} ms (download, verify, open, timer rebuild); restored run {:.1}s",
+        done.iter().find(|c| c.id == restore_from).map_or(0.0, |c| c.size_bytes as f64 / 1e6),
+        restore_ms,
+        started.elapsed().as_secs_f64()
+    );
+    if owned {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Helpers of the temperature job's process-level tests: run the binary on a bounded,
+//! throttled input with checkpoints, kill it, restore it, compare its published output
+//! with an uninterrupted run's.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+/// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
+/// windows of event time, checkpoints every 300 ms.
+pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
+    [
+        "--sensors",
+        "20",
+        "--records",
+        "6000",
+        "--rate",
+        "75",
+        "--event-interval-ms",
+        "100",
+        "--window-secs",
+        "1",
+        "--seed",
+        "11",
+        "--splits",
+        "6",
+        "--checkpoint-interval",
+        "0.3",
+        "--progress-secs",
+        "0",
+        "--no-ui",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--output".into(),
+        out.display().to_string(),
+        "--checkpoint-dir".into(),
+        ckpt.display().to_string(),
+        "--parallelism".into(),
+        parallelism.to_string(),
+        // In the test's temp dir: a SIGKILLed job's RocksDB files go with it.
+        "--state-dir".into(),
+        out.with_file_name("state").display().to_string(),
+    ])
+    .collect()
+}
+
+pub fn spawn(args: &[String], restore: bool, env: &[(&str, String)]) -> Child {
+    spawn_with(args, restore.then_some("latest"), env)
+}
+
+/// Starts the job, restoring from `restore` (`latest`, `chk-N`, `savepoints/NAME`) if given.
+pub fn spawn_with(args: &[String], restore: Option<&str>, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(from) = restore {
+        cmd.args(["--restore", from]);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start temperature")
+}
+
+pub fn wait(child: Child) -> (ExitStatus, String) {
+    let out = child.wait_with_output().expect("wait");
+    (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// Published output: every `*.jsonl` line of `dir/<folder>`, sorted.
+pub fn published(dir: &Path, folder: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir.join(folder)) else { return lines };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "jsonl") {
+            lines.extend(std::fs::read_to_string(&p).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines.sort();
+    lines
+}
+
+pub fn has_completed_checkpoint(ckpt: &Path) -> bool {
+    let job = ckpt.join("temperature");
+    std::fs::read_dir(job).into_iter().flatten().flatten().any(|e| e.path().join("_metadata").exists())
+}
+
+pub fn latest_checkpoint(ckpt: &Path) -> Option<u64> {
+    let job = ckpt.join("temperature");
+    std::fs::read_dir(job)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("_metadata").exists())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+        .max()
+}
+
+pub struct Dirs {
+    pub tmp: tempfile::TempDir,
+    pub out: PathBuf,
+    pub ckpt: PathBuf,
+}
+
+pub fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, ckpt) = (tmp.path().join("out"), tmp.path().join("ckpt"));
+    Dirs { tmp, out, ckpt }
+}
+
+/// The uninterrupted run's output (computed once per test binary).
+pub fn clean() -> &'static (Vec<String>, Vec<String>) {
+    static CLEAN: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
+    CLEAN.get_or_init(|| {
+        let d = dirs();
+        let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), false, &[]));
+        assert!(status.success(), "clean run failed: {err}");
+        let c = (published(&d.out, "windows"), published(&d.out, "readings"));
+        assert!(c.0.len() > 100 && c.1.len() > 5000, "clean run too small: {} {}", c.0.len(), c.1.len());
+        c
+    })
+}
+
+pub fn assert_equals_clean(d: &Dirs, what: &str) {
+    let (windows, readings) = clean();
+    let got_w = published(&d.out, "windows");
+    let got_r = published(&d.out, "readings");
+    let dupes = |v: &[String]| v.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(got_r.len(), readings.len(), "{what}: readings: {} duplicates", dupes(&got_r));
+    assert!(got_r == *readings, "{what}: readings differ from the clean run");
+    assert_eq!(got_w.len(), windows.len(), "{what}: windows: {} duplicates", dupes(&got_w));
+    assert!(got_w == *windows, "{what}: windows differ from the clean run");
+}
+
+/// Runs to completion, restoring after each failure; returns the number of restarts.
+pub fn finish(d: &Dirs, parallelism: u32) -> usize {
+    for restarts in 0..10 {
+        let restore = has_completed_checkpoint(&d.ckpt);
+        let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, parallelism), restore, &[]));
+        if status.success() {
+            return restarts;
+        }
+        eprintln!("run failed ({status}), restarting: {err}");
+    }
+    panic!("the job did not finish after 10 restarts");
+}
+
+/// Every object name referenced by the completed checkpoints of `job_dir` (their `_metadata`).
+pub fn referenced_objects(job_dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(job_dir).into_iter().flatten().flatten() {
+        let meta = e.path().join("_metadata");
+        if let Ok(text) = std::fs::read_to_string(&meta) {
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            collect_objects(&json, &mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn collect_objects(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("object", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => collect_objects(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| collect_objects(v, out)),
+        _ => {}
+    }
+}
+
+/// Files under `dir`, as `/`-separated paths relative to `root`.
+pub fn files_under(root: &Path, dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(root, &p));
+        } else {
+            out.push(p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
+        }
+    }
+    out
+}
+
+/// Retention left no shared file that no retained checkpoint references (after a run
+/// that ended with a completed checkpoint), and the state was in RocksDB SST files.
+pub fn assert_shared_files_all_referenced(ckpt: &Path) {
+    let job = ckpt.join("temperature");
+    let referenced = referenced_objects(&job);
+    let shared = files_under(ckpt, &job.join("shared"));
+    let latest = latest_checkpoint(ckpt).expect("a completed checkpoint");
+    let meta = std::fs::read_to_string(job.join(format!("chk-{latest}/_metadata"))).unwrap();
+    assert!(meta.contains(r#""backend": "rocks_db""#), "window state is in RocksDB: {meta}");
+    for f in &shared {
+        assert!(referenced.contains(f), "`{f}` is referenced by no retained checkpoint");
+    }
+}

@@ -1,0 +1,262 @@
+//! Savepoints (on stop and from the CLI), the S3 checkpoint storage (a kill and a restore
+//! through a real S3 server), and bad checkpoint files (truncated SST, bad metadata, wrong
+//! job): errors name the file and the checkpoint.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn sigterm(child: &std::process::Child) {
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+}
+
+fn savepoint_cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature")).arg("savepoint").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Stop with a savepoint at parallelism 2, delete every checkpoint, restore the savepoint at
+/// parallelism 3: the output equals the clean run's.
+#[test]
+fn stop_with_savepoint_then_restore_it_after_the_checkpoints_are_gone() {
+    let d = dirs();
+    let mut args = base_args(&d.out, &d.ckpt, 2);
+    args.extend(["--stop-with-savepoint".into(), "before-upgrade".into()]);
+    let child = spawn(&args, false, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    sigterm(&child);
+    let (status, err) = wait(child);
+    assert!(status.success(), "{err}");
+    assert!(err.contains("--restore savepoints/before-upgrade"), "{err}");
+    let job = d.ckpt.join("temperature");
+    assert!(job.join("savepoints/before-upgrade/_metadata").exists());
+    // Kept until deleted: retention and the loss of every checkpoint do not touch it.
+    for e in std::fs::read_dir(&job).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("chk-") || e.file_name() == "shared" {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+    let (status, err) =
+        wait(spawn_with(&base_args(&d.out, &d.ckpt, 3), Some("savepoints/before-upgrade"), &[]));
+    assert!(status.success(), "{err}");
+    assert_equals_clean(&d, "restored from a savepoint");
+    // The restored job's own checkpoints do not reference the savepoint's files.
+    let referenced = referenced_objects(&job);
+    assert!(referenced.iter().all(|o| !o.contains("savepoints/")), "{referenced:?}");
+    // list and delete
+    let dir = d.ckpt.display().to_string();
+    let (ok, out, err) = savepoint_cli(&["--checkpoint-dir", &dir, "--list"]);
+    assert!(ok && out.contains("savepoints/before-upgrade"), "{out} {err}");
+    let (ok, _, err) = savepoint_cli(&["--checkpoint-dir", &dir, "--delete", "before-upgrade"]);
+    assert!(ok, "{err}");
+    let left = files_under(&d.ckpt, &job.join("savepoints/before-upgrade"));
+    assert!(left.is_empty(), "{left:?}");
+    let (ok, _, err) = savepoint_cli(&["--checkpoint-dir", &dir, "--delete", "before-upgrade"]);
+    assert!(!ok && err.contains("no savepoint `before-upgrade`"), "{err}");
+}
+
+/// `temperature savepoint` copies the latest completed checkpoint of a killed job; the job
+/// restores from it.
+#[test]
+fn savepoint_cli_copies_the_latest_checkpoint_and_the_job_restores_from_it() {
+    let d = dirs();
+    let mut child = spawn(&base_args(&d.out, &d.ckpt, 2), false, &[]);
+    let start = Instant::now();
+    while latest_checkpoint(&d.ckpt).is_none_or(|n| n < 2) && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    wait(child);
+    let dir = d.ckpt.display().to_string();
+    let (ok, out, err) = savepoint_cli(&["--checkpoint-dir", &dir, "--name", "sp1"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "savepoints/sp1");
+    let (ok, _, err) = savepoint_cli(&["--checkpoint-dir", &dir, "--name", "sp1"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 2), Some("savepoints/sp1"), &[]));
+    assert!(status.success(), "{err}");
+    assert_equals_clean(&d, "restored from a CLI savepoint");
+}
+
+/// The S3 test stack's settings, or `None` (the test then says why and passes) unless
+/// `CAUDAL_REQUIRE_STACK` is set.
+fn s3_env() -> Option<Vec<(&'static str, String)>> {
+    let Ok(endpoint) = std::env::var("CAUDAL_S3_ENDPOINT") else {
+        if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() {
+            panic!("CAUDAL_S3_ENDPOINT is not set: run scripts/services.sh start");
+        }
+        eprintln!("CAUDAL_S3_ENDPOINT is not set: skipping (run scripts/services.sh start)");
+        return None;
+    };
+    let var = |n: &str, d: &str| std::env::var(n).unwrap_or_else(|_| d.to_string());
+    Some(vec![
+        ("CAUDAL__S3_ENDPOINT", endpoint),
+        ("CAUDAL__S3_REGION", var("CAUDAL_S3_REGION", "us-east-1")),
+        ("CAUDAL__S3_ACCESS_KEY_ID", var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
+        ("CAUDAL__S3_SECRET_ACCESS_KEY", var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
+    ])
+}
+
+fn s3_store(url: &str, env: &[(&str, String)]) -> caudal_checkpoints::ObjectCheckpointStore {
+    let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+    let endpoint = get("CAUDAL__S3_ENDPOINT");
+    caudal_checkpoints::CheckpointStorageConfig {
+        url: url.to_string(),
+        s3: caudal_checkpoints::S3Config {
+            allow_http: endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
+            endpoint,
+            region: get("CAUDAL__S3_REGION").unwrap(),
+            access_key_id: get("CAUDAL__S3_ACCESS_KEY_ID"),
+            secret_access_key: get("CAUDAL__S3_SECRET_ACCESS_KEY"),
+            ..Default::default()
+        },
+    }
+    .build()
+    .unwrap()
+}
+
+/// The temperature job checkpoints into S3, is killed, restores from S3 and finishes with
+/// the clean run's output; retention keeps S3 free of unreferenced files.
+#[test]
+fn temperature_on_s3_checkpoint_storage_survives_a_kill() {
+    use caudal_checkpoints::metadata::completed_checkpoints;
+    use caudal_checkpoints::{CheckpointPaths, CheckpointStore};
+    let Some(env) = s3_env() else { return };
+    let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
+    let url = format!("s3://{bucket}/tests/temperature-{}", std::process::id() as u64 * 1000 + rand_suffix());
+    let store = s3_store(&url, &env);
+    let paths = CheckpointPaths::under("temperature");
+    let d = dirs();
+    let args = |p: u32| {
+        let mut a = base_args(&d.out, &d.ckpt, p);
+        let i = a.iter().position(|x| x == "--checkpoint-dir").unwrap();
+        a[i + 1] = url.clone();
+        a
+    };
+    let mut child = spawn(&args(2), false, &env);
+    let start = Instant::now();
+    while completed_checkpoints(&store, &paths).unwrap().len() < 2
+        && start.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the job ended before the kill");
+    child.kill().unwrap();
+    let (status, _) = wait(child);
+    assert_eq!(status.signal(), Some(9));
+    assert!(!d.ckpt.exists(), "nothing was written to the local checkpoint dir");
+    let mut restarts = 0;
+    loop {
+        let (status, err) = wait(spawn(&args(2), true, &env));
+        if status.success() {
+            assert!(err.contains("restoring job `temperature`"), "{err}");
+            break;
+        }
+        restarts += 1;
+        assert!(restarts < 5, "the restored job keeps failing: {err}");
+    }
+    assert_equals_clean(&d, "kill and restore through S3");
+    let referenced: Vec<String> = completed_checkpoints(&store, &paths)
+        .unwrap()
+        .iter()
+        .flat_map(|id| {
+            caudal_checkpoints::read_metadata(&store, &paths, *id, "temperature")
+                .unwrap()
+                .referenced_objects()
+        })
+        .collect();
+    let shared = store.list(&paths.shared_dir()).unwrap();
+    for f in &shared {
+        assert!(referenced.contains(&f.path), "`{}` is referenced by no retained checkpoint", f.path);
+    }
+    caudal_checkpoints::store::delete_dir(&store, "").unwrap();
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 % 1000
+}
+
+/// Runs the job until two checkpoints completed, then kills it.
+fn two_checkpoints_then_kill(d: &Dirs) -> u64 {
+    let mut child = spawn(&base_args(&d.out, &d.ckpt, 1), false, &[]);
+    let start = Instant::now();
+    while latest_checkpoint(&d.ckpt).is_none_or(|n| n < 2) && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    wait(child);
+    latest_checkpoint(&d.ckpt).expect("checkpoints completed")
+}
+
+#[test]
+fn a_truncated_sst_names_the_file_and_the_checkpoint() {
+    let d = dirs();
+    let latest = two_checkpoints_then_kill(&d);
+    let job = d.ckpt.join("temperature");
+    let meta = std::fs::read_to_string(job.join(format!("chk-{latest}/_metadata"))).unwrap();
+    let mut objects = Vec::new();
+    let json: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    fn ssts(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) if s.ends_with(".sst") && s.contains("/shared/") => {
+                out.push(s.clone())
+            }
+            serde_json::Value::Object(m) => m.values().for_each(|v| ssts(v, out)),
+            serde_json::Value::Array(a) => a.iter().for_each(|v| ssts(v, out)),
+            _ => {}
+        }
+    }
+    ssts(&json, &mut objects);
+    let sst = objects.first().expect("the latest checkpoint references an SST file").clone();
+    let file = d.ckpt.join(&sst);
+    let data = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &data[..data.len() / 2]).unwrap();
+    let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), true, &[]));
+    assert!(!status.success(), "a truncated SST must not be restored");
+    assert!(err.contains(&format!("chk-{latest}")), "{err}");
+    assert!(err.contains(sst.trim_start_matches("temperature/")), "{err}");
+    assert!(err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn a_corrupted_sst_of_the_right_size_names_the_file_and_the_checkpoint() {
+    let d = dirs();
+    let latest = two_checkpoints_then_kill(&d);
+    let job = d.ckpt.join("temperature");
+    let referenced = referenced_objects(&job);
+    let meta = std::fs::read_to_string(job.join(format!("chk-{latest}/_metadata"))).unwrap();
+    let sst = referenced
+        .iter()
+        .find(|o| o.ends_with(".sst") && meta.contains(o.as_str()))
+        .expect("the latest checkpoint references an SST file");
+    let file = d.ckpt.join(sst);
+    let mut data = std::fs::read(&file).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&file, &data).unwrap();
+    let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), true, &[]));
+    assert!(!status.success(), "a corrupt SST must not be restored");
+    assert!(err.contains(&format!("chk-{latest}")) && err.contains(sst.as_str()), "{err}");
+    assert!(err.contains("sha256"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_of_another_job_is_refused_naming_the_file() {
+    let d = dirs();
+    let latest = two_checkpoints_then_kill(&d);
+    let meta = d.ckpt.join(format!("temperature/chk-{latest}/_metadata"));
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(&meta, text.replace(r#""job_name": "temperature""#, r#""job_name": "user-interactions""#))
+        .unwrap();
+    let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), true, &[]));
+    assert!(!status.success());
+    assert!(err.contains(&format!("chk-{latest}/_metadata")) && err.contains("user-interactions"), "{err}");
+}
