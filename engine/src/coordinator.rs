@@ -351,10 +351,10 @@ impl Coordinator {
                 Some(id) if self.last_completed >= Some(id) => return Ok(Tick::StopSources),
                 Some(_) if self.in_flight.is_none() => return Ok(Tick::StopSources), // it failed
                 Some(_) => return Ok(Tick::Continue),
-                None if self.in_flight.is_some() => {
-                    self.final_checkpoint = self.in_flight.as_ref().map(|f| f.pending.id());
-                    return Ok(Tick::Continue);
-                }
+                // A checkpoint triggered before the stop does not cover what the sources
+                // read after its barrier (at the end of a bounded input: the rest of it):
+                // let it finish, then take the final one.
+                None if self.in_flight.is_some() => return Ok(Tick::Continue),
                 None => {
                     self.final_checkpoint = Some(self.next_id);
                     self.trigger(tasks, view);

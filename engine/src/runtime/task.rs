@@ -200,6 +200,13 @@ impl<T: Data> SourceRunner<T> {
                 return Err(Error::Cancelled);
             }
             if env.stop.load(Ordering::Relaxed) {
+                // As in the gate: the final checkpoint's completion is queued before the
+                // stop; chained sinks commit it before they close.
+                while let Ok(cmd) = env.commands.try_recv() {
+                    if let TaskCommand::CheckpointComplete(_) = cmd {
+                        self.handle(cmd, env)?;
+                    }
+                }
                 return self.fanout.each(|t| t.end());
             }
             match env.commands.recv_timeout(Duration::from_millis(20)) {
@@ -232,6 +239,12 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                 return Err(Error::Cancelled);
             }
             if env.stop.load(Ordering::Relaxed) {
+                // A checkpoint completed just before the stop: its completion is queued.
+                while let Ok(cmd) = env.commands.try_recv() {
+                    if let TaskCommand::CheckpointComplete(_) = cmd {
+                        self.handle(cmd, env)?;
+                    }
+                }
                 return self.finish(false);
             }
             let now = Instant::now();
@@ -392,6 +405,10 @@ impl InputGate {
                 self.inputs[i].ended = true;
                 self.inputs[i].blocked = false;
                 if self.inputs.iter().all(|c| c.ended) {
+                    // The final checkpoint's completion was sent before the sources were
+                    // told to end, so it is queued by now: deliver it before closing, or
+                    // sinks would close with that epoch still uncommitted.
+                    deliver_queued_completions(head, env)?;
                     head.end()?;
                     return Ok(true);
                 }
@@ -449,4 +466,14 @@ impl InputGate {
         }
         Ok(())
     }
+}
+
+/// Delivers every `CheckpointComplete` already queued for this task (before it closes).
+fn deliver_queued_completions(head: &mut dyn ChainNode, env: &TaskEnv) -> Result<()> {
+    while let Ok(cmd) = env.commands.try_recv() {
+        if let TaskCommand::CheckpointComplete(id) = cmd {
+            head.checkpoint_complete(id)?;
+        }
+    }
+    Ok(())
 }
