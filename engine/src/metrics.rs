@@ -20,6 +20,34 @@ pub mod names {
     pub const STATE_RESTORE_MS: &str = "state_restore_ms";
 }
 
+/// The per-partition gauges a Kafka source publishes, `kafka.<topic>.<partition>.<what>`:
+/// the source writes them, the REST API, the UI and `/metrics` read them back.
+pub mod kafka_gauges {
+    /// The partition's end offset: its last stable offset (what a `read_committed` reader
+    /// can reach) from the client's statistics; negative until the first statistics arrive.
+    pub const END_OFFSET: &str = "end_offset";
+    /// The next offset of the partition in the last completed checkpoint; negative before one.
+    pub const CHECKPOINTED_OFFSET: &str = "checkpointed_offset";
+    /// `end_offset - checkpointed_offset` (records not yet covered by a checkpoint);
+    /// negative while the end offset is unknown.
+    pub const LAG: &str = "lag";
+
+    /// The gauge name of `what` for partition `partition` of `topic`.
+    pub fn name(topic: &str, partition: i32, what: &str) -> String {
+        format!("kafka.{topic}.{partition}.{what}")
+    }
+
+    /// `(topic, partition, what)` of a gauge name made by [`name`] (topics may contain
+    /// dots; partitions and `what` do not).
+    pub fn parse(name: &str) -> Option<(&str, i32, &str)> {
+        let rest = name.strip_prefix("kafka.")?;
+        let (rest, what) = rest.rsplit_once('.')?;
+        let (topic, partition) = rest.rsplit_once('.')?;
+        let partition = partition.parse().ok()?;
+        (!topic.is_empty()).then_some((topic, partition, what))
+    }
+}
+
 /// The counters of one operator subtask.
 #[derive(Debug)]
 pub struct SubtaskMetrics {
@@ -62,8 +90,8 @@ impl SubtaskMetrics {
         self.custom.lock().iter().map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect()
     }
 
-    /// A named gauge of this subtask, e.g. `kafka.earth-temp.3.lag` (created on first
-    /// use; keep the handle).
+    /// A named gauge of this subtask, e.g. `kafka.earth-temp.3.lag` (see [`kafka_gauges`];
+    /// created on first use; keep the handle).
     pub fn gauge(&self, name: impl Into<String>) -> Arc<AtomicI64> {
         self.gauges.lock().entry(name.into()).or_default().clone()
     }
@@ -193,5 +221,20 @@ impl MetricsRegistry {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kafka_gauges::{name, parse, LAG};
+
+    #[test]
+    fn kafka_gauge_names_round_trip_with_dotted_topics() {
+        assert_eq!(name("earth.temp", 3, LAG), "kafka.earth.temp.3.lag");
+        assert_eq!(parse("kafka.earth.temp.3.lag"), Some(("earth.temp", 3, "lag")));
+        assert_eq!(parse("kafka.t.12.end_offset"), Some(("t", 12, "end_offset")));
+        assert_eq!(parse("kafka.t.x.lag"), None);
+        assert_eq!(parse("kafka..3.lag"), None);
+        assert_eq!(parse("other.t.3.lag"), None);
     }
 }

@@ -215,7 +215,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(d["failures"], serde_json::json!([]));
 
     // --- unknown job: 404 with a JSON body, on every job endpoint
-    for path in ["", "/metrics", "/watermarks", "/checkpoints"] {
+    for path in ["", "/metrics", "/watermarks", "/checkpoints", "/kafka"] {
         let e = c.get(&format!("/api/v1/jobs/no-such-job{path}")).error(404);
         assert!(e.contains("no-such-job"), "{e}");
     }
@@ -289,6 +289,11 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(cp["counts"]["completed"], 0);
     assert!(cp["latest_completed"].is_null());
 
+    // --- kafka: no Kafka source in this job (the values: jobs/tests/kafka_lag_api.rs)
+    let k = c.ok(&format!("/api/v1/jobs/{JOB}/kafka"));
+    assert_eq!(k["sources"], serde_json::json!([]), "{k}");
+    assert!(c.get(&format!("/api/v1/jobs/{JOB}/kafka?history=301")).error(400).contains("`history`"));
+
     // --- Prometheus text
     let r = c.get("/metrics");
     assert_eq!(r.status, 200);
@@ -347,6 +352,7 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/metrics", "get"),
         ("/api/v1/jobs/{name}/watermarks", "get"),
         ("/api/v1/jobs/{name}/checkpoints", "get"),
+        ("/api/v1/jobs/{name}/kafka", "get"),
         ("/api/v1/jobs/{name}/cancel", "post"),
         ("/api/v1/openapi.json", "get"),
         ("/metrics", "get"),

@@ -1,5 +1,6 @@
 //! The router: `/api/v1` (JSON), `/metrics` (Prometheus) and the UI's pages and assets.
 
+use super::kafka::KafkaView;
 use super::registry::JobRegistry;
 use super::views::{
     status_name, CancelView, CheckpointsView, ErrorBody, JobDetail, JobList, JobSummary, MetricsView,
@@ -15,6 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The OpenAPI 3 document of every endpoint.
 pub(crate) const OPENAPI_JSON: &str = include_str!("openapi.json");
@@ -62,6 +64,7 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/metrics", get(job_metrics))
         .route("/jobs/{name}/watermarks", get(job_watermarks))
         .route("/jobs/{name}/checkpoints", get(job_checkpoints))
+        .route("/jobs/{name}/kafka", get(job_kafka))
         .route("/jobs/{name}/cancel", post(cancel_job))
         .route("/openapi.json", get(openapi));
     Router::new()
@@ -133,20 +136,35 @@ async fn job_metrics(
 ) -> ApiResult<MetricsView> {
     let name = job_name(path)?;
     let p = params(query, &["history"])?;
-    let history = match p.get("history") {
-        None => None,
-        Some(h) => match h.parse::<u64>() {
-            Ok(secs) if secs <= MAX_HISTORY_SECS => Some(secs),
-            _ => {
-                return Err(ApiError::bad_parameter(
-                    "history",
-                    format!("expected whole seconds from 0 to {MAX_HISTORY_SECS}, got `{h}`"),
-                ))
-            }
-        },
-    };
+    let history = history_secs(&p)?;
     let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
     Ok(Json(MetricsView::of(&job, now_ms(), history)))
+}
+
+/// The `history` parameter: whole seconds from 0 to [`MAX_HISTORY_SECS`].
+fn history_secs(p: &BTreeMap<String, String>) -> Result<Option<u64>, ApiError> {
+    match p.get("history") {
+        None => Ok(None),
+        Some(h) => match h.parse::<u64>() {
+            Ok(secs) if secs <= MAX_HISTORY_SECS => Ok(Some(secs)),
+            _ => Err(ApiError::bad_parameter(
+                "history",
+                format!("expected whole seconds from 0 to {MAX_HISTORY_SECS}, got `{h}`"),
+            )),
+        },
+    }
+}
+
+async fn job_kafka(
+    State(reg): Reg,
+    path: Result<Path<String>, PathRejection>,
+    query: Params,
+) -> ApiResult<KafkaView> {
+    let name = job_name(path)?;
+    let p = params(query, &["history"])?;
+    let history = history_secs(&p)?.unwrap_or(MAX_HISTORY_SECS);
+    let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
+    Ok(Json(KafkaView::of(&job, now_ms(), Duration::from_secs(history))))
 }
 
 async fn job_watermarks(

@@ -23,6 +23,7 @@
 
 mod api;
 mod assets;
+mod kafka;
 pub mod prometheus;
 mod registry;
 mod server;

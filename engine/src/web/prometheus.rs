@@ -2,6 +2,7 @@
 
 use super::registry::JobRegistry;
 use super::views::{status_name, ALL_STATUSES};
+use crate::metrics::kafka_gauges;
 use crate::types::{MAX_WATERMARK, MIN_WATERMARK};
 use std::fmt::Write;
 
@@ -30,6 +31,12 @@ pub mod names {
     pub const WATERMARK: &str = "caudal_operator_watermark_milliseconds";
     /// An operator's own counters (label `counter`, e.g. `late_records`).
     pub const OPERATOR_COUNTER: &str = "caudal_operator_counter_total";
+    /// A Kafka source partition's end (last stable) offset (labels `topic`, `partition`).
+    pub const KAFKA_END_OFFSET: &str = "caudal_kafka_partition_end_offset";
+    /// A Kafka source partition's offset in the last completed checkpoint.
+    pub const KAFKA_CHECKPOINTED_OFFSET: &str = "caudal_kafka_partition_checkpointed_offset";
+    /// A Kafka source partition's lag: end offset minus checkpointed offset.
+    pub const KAFKA_LAG: &str = "caudal_kafka_partition_lag";
 }
 
 /// Escape a label value: backslash, double quote and line feed.
@@ -82,6 +89,18 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
     );
     let mut custom =
         Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
+    let mut kafka_end =
+        Family::new(KAFKA_END_OFFSET, "gauge", "End (last stable) offset of a Kafka source partition.");
+    let mut kafka_done = Family::new(
+        KAFKA_CHECKPOINTED_OFFSET,
+        "gauge",
+        "Next offset of a Kafka source partition in the last completed checkpoint.",
+    );
+    let mut kafka_lag = Family::new(
+        KAFKA_LAG,
+        "gauge",
+        "Records of a Kafka source partition not yet covered by a completed checkpoint.",
+    );
     for job in registry.list() {
         let v = &job.view;
         let j = label(&v.name);
@@ -111,10 +130,37 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
             for (name, value) in &op.counters {
                 custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
             }
+            for (name, value) in &op.gauges {
+                let Some((topic, partition, what)) = kafka_gauges::parse(name) else { continue };
+                let family = match what {
+                    kafka_gauges::END_OFFSET => &mut kafka_end,
+                    kafka_gauges::CHECKPOINTED_OFFSET => &mut kafka_done,
+                    kafka_gauges::LAG => &mut kafka_lag,
+                    _ => continue,
+                };
+                // Negative: not known yet (no statistics or no checkpoint so far).
+                if *value >= 0 {
+                    family.add(&format!("{o},topic=\"{}\",partition=\"{partition}\"", label(topic)), value);
+                }
+            }
         }
     }
     let mut out = String::new();
-    for f in [&status, &start, &failures, &checkpoints, &rin, &rout, &busy, &bp, &wm, &custom] {
+    for f in [
+        &status,
+        &start,
+        &failures,
+        &checkpoints,
+        &rin,
+        &rout,
+        &busy,
+        &bp,
+        &wm,
+        &custom,
+        &kafka_end,
+        &kafka_done,
+        &kafka_lag,
+    ] {
         f.write_to(&mut out);
     }
     out

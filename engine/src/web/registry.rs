@@ -3,7 +3,7 @@
 use crate::job::{now_ms, JobStatus, JobView};
 use crate::metrics::OperatorSnapshot;
 use parking_lot::{Mutex, RwLock};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,8 @@ pub(crate) struct Sample {
     pub(crate) at_ms: i64,
     /// Per operator (by id): per subtask.
     pub(crate) operators: Vec<(u32, Vec<SubtaskSample>)>,
+    /// Per operator that has gauges (by id): their values (e.g. Kafka lag per partition).
+    pub(crate) gauges: Vec<(u32, BTreeMap<String, i64>)>,
 }
 
 impl Sample {
@@ -110,11 +112,18 @@ impl Sample {
                 (op.id, subtasks)
             })
             .collect();
-        Sample { at, at_ms, operators }
+        let gauges =
+            snapshot.iter().filter(|op| !op.gauges.is_empty()).map(|op| (op.id, op.gauges.clone())).collect();
+        Sample { at, at_ms, operators, gauges }
     }
 
     pub(crate) fn operator(&self, id: u32) -> Option<&[SubtaskSample]> {
         self.operators.iter().find(|(i, _)| *i == id).map(|(_, s)| s.as_slice())
+    }
+
+    /// The value of gauge `name` of operator `id` at this instant.
+    pub(crate) fn gauge(&self, id: u32, name: &str) -> Option<i64> {
+        self.gauges.iter().find(|(i, _)| *i == id).and_then(|(_, g)| g.get(name)).copied()
     }
 }
 

@@ -3,6 +3,7 @@
 use super::dead_letter::{DeadLetters, Origin};
 use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
+use caudal::metrics::kafka_gauges;
 use caudal::types::MIN_WATERMARK;
 use caudal::{CheckpointId, Error, Result, SourceContext, SourceOutput, SourcePoll, SourceReader};
 use parking_lot::RwLock;
@@ -20,12 +21,25 @@ use std::time::Duration;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The gauges of one partition.
+/// The gauges of one partition (named by `caudal::metrics::kafka_gauges`; negative means
+/// "not known yet", which the REST API shows as null).
 #[derive(Clone)]
 struct PartitionGauges {
     end_offset: Arc<AtomicI64>,
     checkpointed: Arc<AtomicI64>,
     lag: Arc<AtomicI64>,
+}
+
+impl PartitionGauges {
+    /// Recompute the lag from the end offset and the checkpointed offset (none yet counts
+    /// as 0); it stays unknown until the first statistics give the end offset.
+    fn update_lag(&self) {
+        let end = self.end_offset.load(Ordering::Relaxed);
+        if end >= 0 {
+            let done = self.checkpointed.load(Ordering::Relaxed).max(0);
+            self.lag.store((end - done).max(0), Ordering::Relaxed);
+        }
+    }
 }
 
 /// Receives librdkafka's statistics (on the polling thread, every `lag_interval`) and
@@ -45,8 +59,7 @@ impl ClientContext for LagContext {
                 let end = if stats.ls_offset >= 0 { stats.ls_offset } else { stats.hi_offset };
                 if end >= 0 {
                     g.end_offset.store(end, Ordering::Relaxed);
-                    let done = g.checkpointed.load(Ordering::Relaxed).max(0);
-                    g.lag.store((end - done).max(0), Ordering::Relaxed);
+                    g.update_lag();
                 }
             }
         }
@@ -70,7 +83,7 @@ struct PartitionState {
     /// Bounded: stop before this offset.
     end: Option<i64>,
     finished: bool,
-    checkpointed: Arc<AtomicI64>,
+    gauges: PartitionGauges,
 }
 
 /// Reads the partitions of one subtask.
@@ -207,24 +220,18 @@ impl<T> KafkaSourceReader<T> {
             assignment
                 .add_partition_offset(topic, p, offset)
                 .map_err(kafka_error(topic, "assigning partitions"))?;
-            let gauge = |what: &str| ctx.metrics.gauge(format!("kafka.{topic}.{p}.{what}"));
+            let gauge = |what: &str| ctx.metrics.gauge(kafka_gauges::name(topic, p, what));
             let gauges = PartitionGauges {
-                end_offset: gauge("end_offset"),
-                checkpointed: gauge("checkpointed_offset"),
-                lag: gauge("lag"),
+                end_offset: gauge(kafka_gauges::END_OFFSET),
+                checkpointed: gauge(kafka_gauges::CHECKPOINTED_OFFSET),
+                lag: gauge(kafka_gauges::LAG),
             };
-            let state = PartitionState {
-                partition: p,
-                next,
-                end,
-                finished: false,
-                checkpointed: gauges.checkpointed.clone(),
-            };
-            consumer.context().partitions.write().insert(p, gauges);
-            if let Some(o) = next {
-                state.checkpointed.store(o, Ordering::Relaxed);
-            }
-            partitions.push(state);
+            // Unknown until the first statistics / the first checkpoint (or the restored one).
+            gauges.end_offset.store(-1, Ordering::Relaxed);
+            gauges.lag.store(-1, Ordering::Relaxed);
+            gauges.checkpointed.store(next.unwrap_or(-1), Ordering::Relaxed);
+            consumer.context().partitions.write().insert(p, gauges.clone());
+            partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
         }
         consumer.assign(&assignment).map_err(kafka_error(topic, "assigning partitions"))?;
 
@@ -384,7 +391,11 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             tpl.add_partition_offset(&self.topic, *p, Offset::Offset(*next))
                 .map_err(kafka_error(&self.topic, "committing offsets"))?;
             if let Some(i) = self.split_of(*p) {
-                self.partitions[i].checkpointed.store(*next, Ordering::Relaxed);
+                // The lag falls now, not at the next statistics: a finished bounded
+                // partition is no longer polled, so no statistics would come.
+                let gauges = &self.partitions[i].gauges;
+                gauges.checkpointed.store(*next, Ordering::Relaxed);
+                gauges.update_lag();
             }
         }
         if tpl.count() > 0 {

@@ -1,0 +1,123 @@
+//! `GET /api/v1/jobs/{name}/kafka`: consumer lag per Kafka source partition, now and over
+//! the sampled history.
+//!
+//! Built from the gauges Kafka sources publish (named by [`kafka_gauges`]); an operator
+//! with none of them is not a Kafka source and is left out. Negative gauge values mean
+//! "not known yet" and are answered as `null`.
+
+use super::registry::{JobEntry, SAMPLE_INTERVAL};
+use crate::job::JobStatus;
+use crate::metrics::kafka_gauges;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `GET /api/v1/jobs/{name}/kafka`
+#[derive(Debug, Serialize)]
+pub(crate) struct KafkaView {
+    pub(crate) job: String,
+    pub(crate) status: JobStatus,
+    pub(crate) now_ms: i64,
+    pub(crate) sample_interval_ms: u64,
+    /// When each point of every `lag_history` was sampled, oldest first.
+    pub(crate) history_at_ms: Vec<i64>,
+    pub(crate) sources: Vec<KafkaSourceLag>,
+}
+
+/// One Kafka source operator.
+#[derive(Debug, Serialize)]
+pub(crate) struct KafkaSourceLag {
+    pub(crate) operator_id: u32,
+    pub(crate) operator: String,
+    pub(crate) parallelism: usize,
+    /// The sum of the partitions' known lags (`null` while none is known).
+    pub(crate) lag: Option<i64>,
+    pub(crate) partitions: Vec<PartitionLag>,
+}
+
+/// One partition of a source.
+#[derive(Debug, Serialize)]
+pub(crate) struct PartitionLag {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) end_offset: Option<i64>,
+    pub(crate) checkpointed_offset: Option<i64>,
+    pub(crate) lag: Option<i64>,
+    /// The lag at each of `history_at_ms` (`null` where it was not known).
+    pub(crate) lag_history: Vec<Option<i64>>,
+}
+
+fn known(v: Option<i64>) -> Option<i64> {
+    v.filter(|v| *v >= 0)
+}
+
+impl KafkaView {
+    /// The lag of every Kafka source of `job`, with the last `history` of samples.
+    pub(crate) fn of(job: &JobEntry, now: i64, history: Duration) -> Self {
+        let snapshot = job.view.metrics.snapshot();
+        // Per source operator: its partitions, from the current gauges.
+        let sources: Vec<(&crate::metrics::OperatorSnapshot, Vec<(String, i32)>)> = snapshot
+            .iter()
+            .filter_map(|op| {
+                let mut parts: Vec<(String, i32)> = op
+                    .gauges
+                    .keys()
+                    .filter_map(|name| kafka_gauges::parse(name))
+                    .filter(|(_, _, what)| *what == kafka_gauges::LAG)
+                    .map(|(topic, p, _)| (topic.to_string(), p))
+                    .collect();
+                parts.sort();
+                (!parts.is_empty()).then_some((op, parts))
+            })
+            .collect();
+        let (history_at_ms, histories) = job.with_history(|h| {
+            let samples: Vec<_> = h.since(history).collect();
+            let at: Vec<i64> = samples.iter().map(|s| s.at_ms).collect();
+            let mut lags: BTreeMap<(u32, String, i32), Vec<Option<i64>>> = BTreeMap::new();
+            for (op, parts) in &sources {
+                for (topic, p) in parts {
+                    let name = kafka_gauges::name(topic, *p, kafka_gauges::LAG);
+                    let series = samples.iter().map(|s| known(s.gauge(op.id, &name))).collect();
+                    lags.insert((op.id, topic.clone(), *p), series);
+                }
+            }
+            (at, lags)
+        });
+        let mut histories = histories;
+        let sources = sources
+            .into_iter()
+            .map(|(op, parts)| {
+                let gauge = |topic: &str, p: i32, what: &str| {
+                    known(op.gauges.get(&kafka_gauges::name(topic, p, what)).copied())
+                };
+                let partitions: Vec<PartitionLag> = parts
+                    .into_iter()
+                    .map(|(topic, p)| PartitionLag {
+                        end_offset: gauge(&topic, p, kafka_gauges::END_OFFSET),
+                        checkpointed_offset: gauge(&topic, p, kafka_gauges::CHECKPOINTED_OFFSET),
+                        lag: gauge(&topic, p, kafka_gauges::LAG),
+                        lag_history: histories.remove(&(op.id, topic.clone(), p)).unwrap_or_default(),
+                        topic,
+                        partition: p,
+                    })
+                    .collect();
+                let lags: Vec<i64> = partitions.iter().filter_map(|p| p.lag).collect();
+                KafkaSourceLag {
+                    operator_id: op.id,
+                    operator: op.name.clone(),
+                    parallelism: op.subtasks.len(),
+                    lag: (!lags.is_empty()).then(|| lags.iter().sum()),
+                    partitions,
+                }
+            })
+            .collect();
+        KafkaView {
+            job: job.view.name.clone(),
+            status: job.view.status(),
+            now_ms: now,
+            sample_interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
+            history_at_ms,
+            sources,
+        }
+    }
+}
