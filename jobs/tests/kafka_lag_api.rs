@@ -1,0 +1,256 @@
+//! Kafka consumer lag through the REST API and `/metrics`, against a running embedded job
+//! reading a real topic: the lag of each partition is its whole content while nothing is
+//! checkpointed, and falls to 0 once the input is consumed and a checkpoint completed.
+//!
+//! The job: `lag-source` (the Kafka source, parallelism 2 over 3 partitions) → hash →
+//! `gate` (blocks until the test opens it) → `discard`. While the gate is closed no
+//! checkpoint can complete past any record, so the lag is known exactly.
+//!
+//! Needs the test stack (`scripts/services.sh start`); skipped without it unless
+//! `CAUDAL_REQUIRE_STACK` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kafka_support;
+
+use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, Sink, StreamEnv, WatermarkStrategy};
+use caudal_operators::kafka::{KafkaSource, KafkaSourceConfig};
+use kafka_support::{create_topic, produce_raw, stack, unique};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const JOB: &str = "kafka-lag-test";
+/// Records produced into partition `p`: different per partition, so a mix-up shows.
+const RECORDS: [i64; 3] = [40, 70, 100];
+
+static GATE_OPEN: AtomicBool = AtomicBool::new(false);
+static PASSED: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reading {
+    n: u64,
+}
+
+/// Holds every batch until the test opens the gate.
+struct Gate;
+
+impl caudal::Operator for Gate {
+    type In = Reading;
+    type Out = Reading;
+    fn process_batch(
+        &mut self,
+        mut batch: Batch<Reading>,
+        out: &mut Batch<Reading>,
+        _: &mut OperatorContext,
+    ) -> caudal::Result<()> {
+        while !GATE_OPEN.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        PASSED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        out.append(&mut batch);
+        Ok(())
+    }
+}
+
+struct Discard;
+
+impl Sink for Discard {
+    type In = Reading;
+    fn write_batch(&mut self, _: Batch<Reading>, _: &mut OperatorContext) -> caudal::Result<()> {
+        Ok(())
+    }
+}
+
+/// Opens the gate when the test ends, panicking or not, so the job can stop.
+struct OpenOnDrop;
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        GATE_OPEN.store(true, Ordering::Relaxed);
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+struct Api {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn new(addr: SocketAddr) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        Api { base: format!("http://{addr}"), agent }
+    }
+
+    /// Status and body of `GET path` (`None` while the server is not up).
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut r = self.agent.get(format!("{}{path}", self.base)).call().ok()?;
+        Some((r.status().as_u16(), r.body_mut().read_to_string().unwrap()))
+    }
+
+    fn json(&self, path: &str) -> Option<Value> {
+        self.get(path).filter(|(s, _)| *s == 200).map(|(_, b)| serde_json::from_str(&b).unwrap())
+    }
+
+    /// Poll `/kafka` until `done` holds; returns that answer.
+    fn kafka_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = Value::Null;
+        loop {
+            if let Some(v) = self.json(&format!("/api/v1/jobs/{JOB}/kafka")) {
+                if done(&v) {
+                    return v;
+                }
+                last = v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; last answer: {last}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn partitions(v: &Value) -> &Vec<Value> {
+    v["sources"][0]["partitions"].as_array().unwrap()
+}
+
+/// The last known value of a partition's lag history.
+fn last_in_history(p: &Value) -> Option<i64> {
+    p["lag_history"].as_array().unwrap().iter().rev().find_map(|v| v.as_i64())
+}
+
+#[test]
+fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("lag");
+    create_topic(&stack, &topic, 3);
+    for (p, n) in RECORDS.iter().enumerate() {
+        let records: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..*n).map(|i| (i.to_string().into_bytes(), format!("{{\"n\":{i}}}").into_bytes())).collect();
+        produce_raw(&stack, &topic, p as i32, &records);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let _open_on_drop = OpenOnDrop;
+
+    let config = JobConfig {
+        parallelism: 2,
+        handle_signals: false,
+        web_bind: Some(addr),
+        state_dir: Some(dir.path().join("state")),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(300)),
+            storage: caudal_checkpoints::CheckpointStorageConfig {
+                url: dir.path().join("checkpoints").display().to_string(),
+                ..Default::default()
+            },
+            ..CheckpointConfig::default()
+        },
+        ..JobConfig::default()
+    };
+    let mut source = KafkaSourceConfig::new(&stack.brokers, &topic);
+    source.lag_interval = Duration::from_millis(200);
+    let runner = std::thread::spawn(move || {
+        let env = StreamEnv::with_config(config);
+        env.source("lag-source", KafkaSource::<Reading>::json(source), WatermarkStrategy::none())
+            .key_by(|r: &Reading| r.n % 7)
+            .transform("gate", |_| Ok(Gate))
+            .sink("discard", |_| Ok(Discard));
+        env.execute(JOB)
+    });
+    let api = Api::new(addr);
+
+    // --- gate closed: every record is read, none is covered by a checkpoint
+    let v = api.kafka_until("every partition's end offset", |v| {
+        v["sources"].as_array().is_some_and(|s| s.len() == 1)
+            && partitions(v).len() == 3
+            && partitions(v).iter().all(|p| p["end_offset"].is_i64())
+    });
+    let source = &v["sources"][0];
+    assert_eq!(source["operator"], "lag-source", "{v}");
+    assert_eq!(source["parallelism"], 2, "{v}");
+    assert_eq!(source["lag"], RECORDS.iter().sum::<i64>(), "{v}");
+    for (p, want) in partitions(&v).iter().zip(RECORDS) {
+        assert_eq!(p["topic"], topic.as_str());
+        assert_eq!(p["end_offset"], want, "{p}");
+        assert_eq!(p["lag"], want, "the whole partition is lag before a checkpoint: {p}");
+        assert!(p["checkpointed_offset"].is_null(), "no checkpoint can pass the closed gate: {p}");
+    }
+    assert_eq!(
+        partitions(&v).iter().map(|p| p["partition"].as_i64().unwrap()).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    // The sampler's history catches up with the current values.
+    let v = api.kafka_until("the lag in the history", |v| {
+        partitions(v).iter().zip(RECORDS).all(|(p, want)| last_in_history(p) == Some(want))
+    });
+    assert_eq!(
+        v["history_at_ms"].as_array().unwrap().len(),
+        partitions(&v)[0]["lag_history"].as_array().unwrap().len()
+    );
+    let (status, text) = api.get("/metrics").unwrap();
+    assert_eq!(status, 200);
+    for (p, want) in RECORDS.iter().enumerate() {
+        let labels = format!(
+            "job=\"{JOB}\",operator=\"lag-source\",operator_id=\"0\",topic=\"{topic}\",partition=\"{p}\""
+        );
+        for line in [
+            format!("caudal_kafka_partition_lag{{{labels}}} {want}"),
+            format!("caudal_kafka_partition_end_offset{{{labels}}} {want}"),
+        ] {
+            assert!(text.contains(&line), "missing `{line}` in\n{text}");
+        }
+        assert!(!text.contains(&format!("caudal_kafka_partition_checkpointed_offset{{{labels}}}")), "{text}");
+    }
+
+    // --- gate open: the input is consumed, a checkpoint covers it, the lag falls to 0
+    GATE_OPEN.store(true, Ordering::Relaxed);
+    let v = api.kafka_until("lag 0 after a checkpoint", |v| {
+        partitions(v).iter().zip(RECORDS).all(|(p, want)| {
+            p["checkpointed_offset"] == want && p["lag"] == 0 && last_in_history(p) == Some(0)
+        })
+    });
+    assert_eq!(v["sources"][0]["lag"], 0, "{v}");
+    for (p, want) in partitions(&v).iter().zip(RECORDS) {
+        assert_eq!(p["end_offset"], want, "{p}");
+        let history: Vec<i64> =
+            p["lag_history"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
+        assert!(history.contains(&want), "the history keeps the lag before the checkpoint: {p}");
+    }
+    let (_, text) = api.get("/metrics").unwrap();
+    let labels =
+        format!("job=\"{JOB}\",operator=\"lag-source\",operator_id=\"0\",topic=\"{topic}\",partition=\"2\"");
+    for line in [
+        format!("caudal_kafka_partition_lag{{{labels}}} 0"),
+        format!("caudal_kafka_partition_checkpointed_offset{{{labels}}} {}", RECORDS[2]),
+    ] {
+        assert!(text.contains(&line), "missing `{line}` in\n{text}");
+    }
+
+    // --- errors: unknown job, bad parameter
+    let (status, body) = api.get("/api/v1/jobs/no-such-job/kafka").unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].as_str().unwrap().contains("no-such-job"));
+    let (status, body) = api.get(&format!("/api/v1/jobs/{JOB}/kafka?history=x")).unwrap();
+    assert_eq!(status, 400, "{body}");
+
+    // --- cancel: the job stops with every record through the gate
+    let r = api.agent.post(format!("{}/api/v1/jobs/{JOB}/cancel", api.base)).send_empty().unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !runner.is_finished() {
+        assert!(Instant::now() < deadline, "the job did not stop after cancel");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runner.join().unwrap().expect("the job ends cleanly");
+    assert_eq!(PASSED.load(Ordering::Relaxed), RECORDS.iter().sum::<i64>() as u64);
+}
