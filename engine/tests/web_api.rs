@@ -321,7 +321,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(index.status, 200);
     assert!(index.content_type.starts_with("text/html") && index.body.contains("/assets/app.js"));
     assert_eq!(c.get(&format!("/jobs/{JOB}")).status, 200);
-    for asset in ["app.js", "app.css", "favicon.svg"] {
+    for asset in ["app.js", "kafka.js", "app.css", "favicon.svg"] {
         assert_eq!(c.get(&format!("/assets/{asset}")).status, 200, "{asset}");
     }
     assert_eq!(c.get("/assets/nope.js").status, 404);

@@ -6,7 +6,11 @@
 //! `$CAUDAL_ARTIFACTS/ui-screenshots/`).
 
 // Test helpers fail the test by panicking.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+// The Kafka tests' helpers (stack addresses, topic creation, producing).
+#[path = "../../jobs/tests/kafka_support/mod.rs"]
+mod kafka_support;
 
 use caudal::{JobConfig, StopHandle, StreamEnv};
 use caudal_jobs::temperature::{SinkKind, SourceKind, TemperatureJob};
@@ -390,6 +394,81 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
         Duration::from_secs(10),
     );
     drop(stop_on_panic);
+}
+
+#[test]
+fn kafka_lag_panel_shows_every_partition_in_chromium() {
+    let Some(stack) = kafka_support::stack() else { return };
+    let topic = kafka_support::unique("lag-ui");
+    kafka_support::create_topic(&stack, &topic, 2);
+    let records = [30i64, 50];
+    for (p, n) in records.iter().enumerate() {
+        let batch: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..*n).map(|i| (vec![], format!("{{\"n\":{i}}}").into_bytes())).collect();
+        kafka_support::produce_raw(&stack, &topic, p as i32, &batch);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let config = JobConfig {
+        parallelism: 1,
+        handle_signals: false,
+        web_bind: Some(addr),
+        state_dir: Some(dir.path().join("state")),
+        checkpoints: caudal::CheckpointConfig {
+            interval: Some(Duration::from_millis(500)),
+            storage: caudal_checkpoints::CheckpointStorageConfig {
+                url: dir.path().join("checkpoints").display().to_string(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..JobConfig::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let source = caudal_operators::kafka::KafkaSourceConfig::new(&stack.brokers, &topic);
+    let runner = std::thread::spawn(move || {
+        let env = StreamEnv::with_config(config);
+        env.source(
+            "readings",
+            caudal_operators::kafka::KafkaSource::<Value>::json(source),
+            caudal::WatermarkStrategy::none(),
+        )
+        .sink("discard", |_| Ok(caudal::testing::CollectSink::new().0));
+        let _ = tx.send(env.stop_handle());
+        env.execute("kafka-lag-ui")
+    });
+    let stop = StopOnDrop(Some(rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build")));
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://{addr}/jobs/kafka-lag-ui"));
+    // One row per partition with its end offset, and the lag down to 0 once checkpointed.
+    let rows = browser.wait_for(
+        "the lag table at 0 with every end offset",
+        "const rows = Array.from(document.querySelectorAll('#kafka-card:not([hidden]) #kafka tbody tr'));
+         const t = document.querySelector('#kafka-total');
+         return rows.length && t && t.textContent === '0'
+           ? rows.map(r => [r.dataset.partition, r.children[3].textContent, r.children[5].textContent]) : null;",
+        Duration::from_secs(60),
+    );
+    let want: Vec<Value> =
+        records.iter().enumerate().map(|(p, n)| json!([p.to_string(), n.to_string(), "0"])).collect();
+    assert_eq!(rows, Value::Array(want));
+    // The chart: a line per partition once the sampler has a few points.
+    let lines = browser.wait_for(
+        "a lag line per partition",
+        "const p = Array.from(document.querySelectorAll('#kafka-chart path.series'));
+         return p.length === 2 && p.every(e => (e.getAttribute('d').match(/L/g) || []).length >= 2)
+           ? p.map(e => e.dataset.partition) : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(lines, json!(["0", "1"]));
+    let legend = browser.eval("return document.querySelector('#kafka-legend').textContent;");
+    assert!(legend.as_str().unwrap().contains("partition 1"), "{legend}");
+    browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
+    browser.screenshot(&artifacts().join("kafka-lag.png"));
+
+    drop(stop);
+    runner.join().unwrap().expect("the job ends cleanly");
 }
 
 /// Stops the job if the test panics before it cancels it.

@@ -240,6 +240,7 @@ function jobPage(name) {
       <div class="chart-wrap"><svg id="rates-chart" role="img" aria-label="Records per second over time"></svg></div>
       <div id="rates-legend" class="series-legend"></div>
     </section>
+    ${kafkaCardHtml()}
     <section class="card" id="operators-card">
       <div class="card-head"><h2>Operators</h2><span class="hint">rates and ratios over the last second · ▸ shows subtasks</span></div>
       <div id="operators-table"></div>
@@ -273,11 +274,13 @@ function jobPage(name) {
 
   const base = jobUrl(name);
   startPolling(async () => {
-    const [detail, metrics, watermarks, checkpoints] = await Promise.all([
+    const [detail, metrics, watermarks, checkpoints, kafka] = await Promise.all([
       api(base), api(base + "/metrics?history=" + HISTORY_SECS), api(base + "/watermarks"), api(base + "/checkpoints"),
+      api(base + "/kafka?history=" + HISTORY_SECS),
     ]);
     state.last = { detail, metrics };
     renderJob(state, detail, metrics, watermarks, checkpoints);
+    renderKafka(kafka); // kafka.js
   });
 }
 

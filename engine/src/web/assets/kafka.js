@@ -1,0 +1,97 @@
+// Caudal web UI: the job page's "Kafka consumer lag" card, from /api/v1/jobs/<name>/kafka.
+// Loaded before app.js, whose helpers ($, esc, fmtInt, fmtRate, niceMax, empty, PALETTE,
+// HISTORY_SECS) it uses when it runs. The card stays hidden for jobs without a Kafka source.
+"use strict";
+
+// The card's markup, placed by app.js on the job page.
+function kafkaCardHtml() {
+  return `<section class="card" id="kafka-card" hidden>
+      <div class="card-head"><h2>Kafka consumer lag</h2><span class="hint">records per partition between its end offset and the last completed checkpoint, last ${HISTORY_SECS / 60} minutes</span></div>
+      <div class="chart-wrap"><svg id="kafka-chart" role="img" aria-label="Consumer lag per partition over time"></svg></div>
+      <div id="kafka-legend" class="series-legend"></div>
+      <div id="kafka-table"></div>
+    </section>`;
+}
+
+// One line per partition, named "partition" (or "topic/partition" when a job reads several topics).
+function kafkaSeries(kafka) {
+  const topics = new Set(kafka.sources.flatMap((s) => s.partitions.map((p) => p.topic)));
+  const out = [];
+  for (const s of kafka.sources) {
+    for (const p of s.partitions) {
+      out.push({
+        source: s.operator,
+        topic: p.topic,
+        partition: p.partition,
+        name: topics.size > 1 ? `${p.topic}/${p.partition}` : `partition ${p.partition}`,
+        colour: PALETTE[out.length % PALETTE.length],
+        p,
+      });
+    }
+  }
+  return out;
+}
+
+function renderKafka(kafka) {
+  const card = $("#kafka-card");
+  if (!card) return;
+  card.hidden = !kafka.sources.length;
+  if (!kafka.sources.length) return;
+  const series = kafkaSeries(kafka);
+  renderKafkaChart(kafka, series);
+  $("#kafka-legend").innerHTML = series.map((s) =>
+    `<span><span class="sw" style="background:${s.colour}"></span>${esc(s.name)}<b>${fmtInt(s.p.lag)}</b></span>`).join("");
+  const maxLag = Math.max(1, ...series.map((s) => s.p.lag || 0));
+  const rows = series.map((s) => `<tr data-topic="${esc(s.topic)}" data-partition="${s.partition}">
+      <td>${esc(s.source)}</td><td class="mono">${esc(s.topic)}</td><td class="num">${s.partition}</td>
+      <td class="num">${fmtInt(s.p.end_offset)}</td><td class="num">${fmtInt(s.p.checkpointed_offset)}</td>
+      <td class="num kafka-lag">${s.p.lag == null ? `<span class="muted">—</span>` :
+        `<span class="bar"><i style="width:${Math.round((100 * s.p.lag) / maxLag)}%;background:${s.colour}"></i></span>${fmtInt(s.p.lag)}`}</td></tr>`).join("");
+  const total = kafka.sources.reduce((a, s) => (s.lag == null ? a : (a || 0) + s.lag), null);
+  $("#kafka-table").innerHTML = `<table id="kafka"><thead><tr><th>Source</th><th>Topic</th><th class="num">Partition</th>
+    <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th></tr></thead><tbody>${rows}</tbody>
+    <tfoot><tr><td colspan="5">Total</td><td class="num" id="kafka-total">${fmtInt(total)}</td></tr></tfoot></table>`;
+}
+
+function renderKafkaChart(kafka, series) {
+  const svg = $("#kafka-chart");
+  const W = Math.max(480, Math.round(svg.clientWidth || svg.parentNode.clientWidth || 960));
+  const H = 200, L = 58, R = 14, T = 12, B = 28;
+  const at = kafka.history_at_ms, now = kafka.now_ms;
+  // The time axis spans the data there is: 30 s at least, HISTORY_SECS at most.
+  const first = at.length ? at[0] : now;
+  const spanS = Math.min(HISTORY_SECS, Math.max(30, Math.ceil((now - first) / 10000) * 10));
+  const x0 = now - spanS * 1000;
+  const sx = (t) => L + ((t - x0) / (spanS * 1000)) * (W - L - R);
+  // Records are whole: the axis reaches 5 at least and steps in whole numbers (5, 10, 20, 25…
+  // split in 4 or 5).
+  const max = niceMax(Math.max(4, ...series.flatMap((s) => s.p.lag_history.filter((v) => v != null))));
+  const div = max % 4 === 0 ? 4 : 5;
+  const sy = (v) => T + (1 - v / max) * (H - T - B);
+  let out = "";
+  for (let k = 0; k <= div; k++) {
+    const v = (max * k) / div, y = sy(v);
+    out += `<line class="grid" x1="${L}" x2="${W - R}" y1="${y}" y2="${y}"/><g class="axis"><text x="${L - 8}" y="${y + 4}" text-anchor="end">${fmtRate(v)}</text></g>`;
+  }
+  const step = spanS <= 40 ? 5 : spanS <= 80 ? 10 : 30;
+  for (let s = spanS % step; s <= spanS; s += step) {
+    const label = s === spanS ? "now" : `-${spanS - s}s`;
+    out += `<g class="axis"><text x="${sx(x0 + s * 1000)}" y="${H - 8}" text-anchor="middle">${label}</text></g>`;
+  }
+  if (at.length < 2) {
+    out += `<text x="${(L + W - R) / 2}" y="${H / 2}" text-anchor="middle" fill="#94a3b8" font-size="13">Collecting samples…</text>`;
+  }
+  for (const s of series) {
+    // Unknown points (before the first statistics) break the line.
+    let d = "", pen = "M";
+    s.p.lag_history.forEach((v, i) => {
+      if (v == null || at[i] < x0) { pen = "M"; return; }
+      d += `${pen}${sx(at[i]).toFixed(1)},${sy(v).toFixed(1)} `;
+      pen = "L";
+    });
+    if (d) out += `<path class="series" data-topic="${esc(s.topic)}" data-partition="${s.partition}" stroke="${s.colour}" d="${d.trim()}"/>`;
+  }
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("height", H);
+  svg.innerHTML = out;
+}
