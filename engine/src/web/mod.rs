@@ -6,8 +6,9 @@
 //!
 //! **Invariant:** serving never slows a task: the server runs on its own thread with a
 //! current-thread runtime, and a request only copies relaxed atomics and short-held locks.
-//! A sampler on that thread copies every job's counters once a second and keeps five
-//! minutes of them; per-second rates and busy/backpressured ratios come from that history.
+//! A sampler on that thread copies every job's counters and gauges once a second and keeps
+//! five minutes of them; per-second rates, busy/backpressured ratios and the Kafka lag
+//! history come from that history.
 //!
 //! Embedded mode starts it from `StreamEnv::execute` when [`JobConfig::web_bind`](crate::JobConfig)
 //! is set, and stops it when `execute` returns:

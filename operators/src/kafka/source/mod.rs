@@ -6,6 +6,10 @@
 //! undecodable records `─► dead-letter topic`. Offsets are committed to the consumer
 //! group when a checkpoint completes, so external lag tools see progress; the truth is the
 //! offsets in the checkpoint.
+//!
+//! Lag: each partition publishes the gauges of `caudal::metrics::kafka_gauges` (end offset
+//! from librdkafka's statistics every `lag_interval`, checkpointed offset, lag), which the
+//! engine serves at `/api/v1/jobs/{job}/kafka`, on the job page and at `/metrics`.
 
 mod dead_letter;
 mod decode;
