@@ -1,6 +1,7 @@
 //! Kafka consumer lag through the REST API and `/metrics`, against a running embedded job
 //! reading a real topic: the lag of each partition is its whole content while nothing is
-//! checkpointed, and falls to 0 once the input is consumed and a checkpoint completed.
+//! checkpointed, and falls to 0 once the input is consumed and a checkpoint completed, also
+//! when the input was written in transactions (whose commit markers take an offset).
 //!
 //! The job: `lag-source` (the Kafka source, parallelism 2 over 3 partitions) → hash →
 //! `gate` (blocks until the test opens it) → `discard`. While the gate is closed no
@@ -19,22 +20,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const JOB: &str = "kafka-lag-test";
 /// Records produced into partition `p`: different per partition, so a mix-up shows.
 const RECORDS: [i64; 3] = [40, 70, 100];
 
-static GATE_OPEN: AtomicBool = AtomicBool::new(false);
-static PASSED: AtomicU64 = AtomicU64::new(0);
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Reading {
     n: u64,
 }
 
-/// Holds every batch until the test opens the gate.
-struct Gate;
+/// Holds every batch until the test opens the gate; counts what passed.
+#[derive(Clone, Default)]
+struct Gate {
+    open: Arc<AtomicBool>,
+    passed: Arc<AtomicU64>,
+}
 
 impl caudal::Operator for Gate {
     type In = Reading;
@@ -45,10 +48,10 @@ impl caudal::Operator for Gate {
         out: &mut Batch<Reading>,
         _: &mut OperatorContext,
     ) -> caudal::Result<()> {
-        while !GATE_OPEN.load(Ordering::Relaxed) {
+        while !self.open.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        PASSED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.passed.fetch_add(batch.len() as u64, Ordering::Relaxed);
         out.append(&mut batch);
         Ok(())
     }
@@ -64,11 +67,11 @@ impl Sink for Discard {
 }
 
 /// Opens the gate when the test ends, panicking or not, so the job can stop.
-struct OpenOnDrop;
+struct OpenOnDrop(Arc<AtomicBool>);
 
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {
-        GATE_OPEN.store(true, Ordering::Relaxed);
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -78,24 +81,38 @@ fn free_addr() -> SocketAddr {
 
 struct Api {
     base: String,
+    job: String,
     agent: ureq::Agent,
 }
 
 impl Api {
-    fn new(addr: SocketAddr) -> Self {
+    fn new(addr: SocketAddr, job: &str) -> Self {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .into();
-        Api { base: format!("http://{addr}"), agent }
+        Api { base: format!("http://{addr}"), job: job.to_string(), agent }
     }
 
     /// Status and body of `GET path` (`None` while the server is not up).
     fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut r = self.agent.get(format!("{}{path}", self.base)).call().ok()?;
         Some((r.status().as_u16(), r.body_mut().read_to_string().unwrap()))
+    }
+
+    /// Cancel the job through the API and wait for it to end.
+    fn cancel(&self, runner: std::thread::JoinHandle<caudal::Result<caudal::JobResult>>) {
+        let url = format!("{}/api/v1/jobs/{}/cancel", self.base, self.job);
+        let r = self.agent.post(url).send_empty().unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !runner.is_finished() {
+            assert!(Instant::now() < deadline, "the job did not stop after cancel");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        runner.join().unwrap().expect("the job ends cleanly");
     }
 
     fn json(&self, path: &str) -> Option<Value> {
@@ -107,7 +124,7 @@ impl Api {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last = Value::Null;
         loop {
-            if let Some(v) = self.json(&format!("/api/v1/jobs/{JOB}/kafka")) {
+            if let Some(v) = self.json(&format!("/api/v1/jobs/{}/kafka", self.job)) {
                 if done(&v) {
                     return v;
                 }
@@ -128,20 +145,16 @@ fn last_in_history(p: &Value) -> Option<i64> {
     p["lag_history"].as_array().unwrap().iter().rev().find_map(|v| v.as_i64())
 }
 
-#[test]
-fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
-    let Some(stack) = stack() else { return };
-    let topic = unique("lag");
-    create_topic(&stack, &topic, 3);
-    for (p, n) in RECORDS.iter().enumerate() {
-        let records: Vec<(Vec<u8>, Vec<u8>)> =
-            (0..*n).map(|i| (i.to_string().into_bytes(), format!("{{\"n\":{i}}}").into_bytes())).collect();
-        produce_raw(&stack, &topic, p as i32, &records);
-    }
+/// A running job over `topic` behind `gate`, serving its API; the temp dir holds its state.
+struct Running {
+    api: Api,
+    runner: std::thread::JoinHandle<caudal::Result<caudal::JobResult>>,
+    _dir: tempfile::TempDir,
+}
+
+fn start(brokers: &str, topic: &str, job: &str, gate: Gate) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
-    let _open_on_drop = OpenOnDrop;
-
     let config = JobConfig {
         parallelism: 2,
         handle_signals: false,
@@ -157,17 +170,35 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
         },
         ..JobConfig::default()
     };
-    let mut source = KafkaSourceConfig::new(&stack.brokers, &topic);
+    let mut source = KafkaSourceConfig::new(brokers, topic);
     source.lag_interval = Duration::from_millis(200);
+    let name = job.to_string();
     let runner = std::thread::spawn(move || {
         let env = StreamEnv::with_config(config);
         env.source("lag-source", KafkaSource::<Reading>::json(source), WatermarkStrategy::none())
             .key_by(|r: &Reading| r.n % 7)
-            .transform("gate", |_| Ok(Gate))
+            .transform("gate", move |_| Ok(gate.clone()))
             .sink("discard", |_| Ok(Discard));
-        env.execute(JOB)
+        env.execute(&name)
     });
-    let api = Api::new(addr);
+    Running { api: Api::new(addr, job), runner, _dir: dir }
+}
+
+fn records(n: i64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    (0..n).map(|i| (i.to_string().into_bytes(), format!("{{\"n\":{i}}}").into_bytes())).collect()
+}
+
+#[test]
+fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("lag");
+    create_topic(&stack, &topic, 3);
+    for (p, n) in RECORDS.iter().enumerate() {
+        produce_raw(&stack, &topic, p as i32, &records(*n));
+    }
+    let gate = Gate::default();
+    let _open_on_drop = OpenOnDrop(gate.open.clone());
+    let Running { api, runner, _dir } = start(&stack.brokers, &topic, JOB, gate.clone());
 
     // --- gate closed: every record is read, none is covered by a checkpoint
     let v = api.kafka_until("every partition's end offset", |v| {
@@ -213,7 +244,7 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
     }
 
     // --- gate open: the input is consumed, a checkpoint covers it, the lag falls to 0
-    GATE_OPEN.store(true, Ordering::Relaxed);
+    gate.open.store(true, Ordering::Relaxed);
     let v = api.kafka_until("lag 0 after a checkpoint", |v| {
         partitions(v).iter().zip(RECORDS).all(|(p, want)| {
             p["checkpointed_offset"] == want && p["lag"] == 0 && last_in_history(p) == Some(0)
@@ -244,13 +275,46 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
     assert_eq!(status, 400, "{body}");
 
     // --- cancel: the job stops with every record through the gate
-    let r = api.agent.post(format!("{}/api/v1/jobs/{JOB}/cancel", api.base)).send_empty().unwrap();
-    assert_eq!(r.status().as_u16(), 202);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !runner.is_finished() {
-        assert!(Instant::now() < deadline, "the job did not stop after cancel");
-        std::thread::sleep(Duration::from_millis(20));
+    api.cancel(runner);
+    assert_eq!(gate.passed.load(Ordering::Relaxed), RECORDS.iter().sum::<i64>() as u64);
+}
+
+/// Each partition written in one transaction: its commit marker takes the offset after the
+/// last record, so the end offset is one past it; the lag still falls to 0.
+#[test]
+fn lag_falls_to_zero_over_transactional_input() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("lag-txn");
+    create_topic(&stack, &topic, 3);
+    for (p, n) in RECORDS.iter().enumerate() {
+        produce_in_transaction(&stack.brokers, &topic, p as i32, &records(*n));
     }
-    runner.join().unwrap().expect("the job ends cleanly");
-    assert_eq!(PASSED.load(Ordering::Relaxed), RECORDS.iter().sum::<i64>() as u64);
+    let gate = Gate { open: Arc::new(AtomicBool::new(true)), ..Gate::default() };
+    let Running { api, runner, _dir } = start(&stack.brokers, &topic, "kafka-lag-txn-test", gate.clone());
+    let v = api.kafka_until("lag 0 after a checkpoint", |v| {
+        v["sources"].as_array().is_some_and(|s| s.len() == 1)
+            && partitions(v).len() == 3
+            && partitions(v).iter().all(|p| p["lag"] == 0 && p["end_offset"].is_i64())
+    });
+    for (p, n) in partitions(&v).iter().zip(RECORDS) {
+        assert_eq!(p["end_offset"], n + 1, "n records and a commit marker: {p}");
+        assert_eq!(p["checkpointed_offset"], n + 1, "the checkpoint covers the marker too: {p}");
+    }
+    api.cancel(runner);
+    assert_eq!(gate.passed.load(Ordering::Relaxed), RECORDS.iter().sum::<i64>() as u64);
+}
+
+fn produce_in_transaction(brokers: &str, topic: &str, partition: i32, records: &[(Vec<u8>, Vec<u8>)]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("transactional.id", unique("lag-txn-producer"))
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    for (k, v) in records {
+        producer.send(BaseRecord::to(topic).partition(partition).key(k).payload(v)).unwrap();
+    }
+    producer.commit_transaction(Duration::from_secs(30)).unwrap();
 }

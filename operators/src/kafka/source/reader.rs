@@ -96,6 +96,8 @@ pub struct KafkaSourceReader<T> {
     dead_letters: Option<DeadLetters>,
     bad_records: Arc<AtomicU64>,
     last_positions: Option<Positions>,
+    /// Per partition, what the last snapshot covers for the lag gauge (see [`Self::covered`]).
+    last_covered: BTreeMap<i32, i64>,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -248,6 +250,7 @@ impl<T> KafkaSourceReader<T> {
             dead_letters,
             bad_records: ctx.metrics.counter("bad_records"),
             last_positions: None,
+            last_covered: BTreeMap::new(),
         };
         for i in 0..reader.partitions.len() {
             let done = matches!((reader.partitions[i].next, reader.partitions[i].end), (Some(n), Some(e)) if n >= e)
@@ -272,6 +275,34 @@ impl<T> KafkaSourceReader<T> {
 
     fn split_of(&self, partition: i32) -> Option<usize> {
         self.partitions.iter().position(|p| p.partition == partition)
+    }
+
+    /// Per partition, the offset a snapshot of `positions` covers for the lag: its next
+    /// offset, or the consumer's position when that is further because the consumer stepped
+    /// over transaction markers after the last record (they take an offset but are no
+    /// record: without this a transactional input would show a lag of 1 forever).
+    /// Finished partitions keep their next offset (records past a bounded end are skipped).
+    fn covered(&self, positions: &Positions) -> BTreeMap<i32, i64> {
+        let consumer_at: BTreeMap<i32, i64> = match self.consumer.position() {
+            Ok(tpl) => tpl
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        positions
+            .offsets
+            .iter()
+            .map(|(p, next)| {
+                let open = self.split_of(*p).is_some_and(|i| !self.partitions[i].finished);
+                let at = consumer_at.get(p).copied().filter(|_| open).unwrap_or(*next);
+                (*p, at.max(*next))
+            })
+            .collect()
     }
 
     fn positions(&self) -> Positions {
@@ -380,6 +411,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         }
         let positions = self.positions();
         let blob = serde_json::to_vec(&positions);
+        self.last_covered = self.covered(&positions);
         self.last_positions = Some(positions);
         blob.map_err(|e| Error::Operator(format!("kafka source `{}`: encoding offsets: {e}", self.topic)))
     }
@@ -394,7 +426,8 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                 // The lag falls now, not at the next statistics: a finished bounded
                 // partition is no longer polled, so no statistics would come.
                 let gauges = &self.partitions[i].gauges;
-                gauges.checkpointed.store(*next, Ordering::Relaxed);
+                let covered = self.last_covered.get(p).copied().unwrap_or(*next);
+                gauges.checkpointed.store(covered, Ordering::Relaxed);
                 gauges.update_lag();
             }
         }
