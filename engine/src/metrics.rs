@@ -26,7 +26,9 @@ pub mod kafka_gauges {
     /// The partition's end offset: its last stable offset (what a `read_committed` reader
     /// can reach) from the client's statistics; negative until the first statistics arrive.
     pub const END_OFFSET: &str = "end_offset";
-    /// The next offset of the partition in the last completed checkpoint; negative before one.
+    /// The next offset of the partition in the last completed checkpoint (past transaction
+    /// markers the consumer had stepped over: they take an offset but hold no record);
+    /// negative before one.
     pub const CHECKPOINTED_OFFSET: &str = "checkpointed_offset";
     /// `end_offset - checkpointed_offset` (records not yet covered by a checkpoint);
     /// negative while the end offset is unknown.
