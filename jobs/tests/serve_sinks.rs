@@ -1,8 +1,9 @@
 //! The temperature job with its PostgreSQL, Redis and archive sinks against the real
 //! services (`scripts/services.sh env`): SIGKILLed at random moments and restored, the
 //! tables, hashes and Avro files equal those of an uninterrupted run; PostgreSQL and Redis
-//! stopped and started again mid-run (private instances on ports of their own), the job
-//! retries, backpressures and ends with the same results.
+//! stopped and started again mid-run (private instances on ports of their own; the archive
+//! on the stack's S3 this time), the job retries, backpressures and ends with the same
+//! results.
 //!
 //! Without the services' variables the tests print why and pass, unless
 //! `CAUDAL_REQUIRE_STACK` is set (CI).
@@ -13,6 +14,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 
 fn service(var: &str) -> Option<String> {
     match std::env::var(var) {
@@ -41,7 +44,10 @@ struct Target {
     _tmp: tempfile::TempDir,
     out: PathBuf,
     ckpt: PathBuf,
-    archive: PathBuf,
+    /// A directory or s3://bucket/prefix.
+    archive: String,
+    s3: S3Config,
+    env: Vec<(String, String)>,
 }
 
 impl Target {
@@ -55,9 +61,20 @@ impl Target {
             schema: name,
             out: tmp.path().join("out"),
             ckpt: tmp.path().join("ckpt"),
-            archive: tmp.path().join("archive"),
+            archive: tmp.path().join("archive").display().to_string(),
+            s3: S3Config::default(),
+            env: Vec::new(),
             _tmp: tmp,
         }
+    }
+
+    /// Archives into the test stack's S3 bucket instead of a directory.
+    fn on_s3(mut self, s3: S3Config, env: Vec<(String, String)>) -> Target {
+        let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
+        self.archive = format!("s3://{bucket}/{}", self.schema);
+        self.s3 = s3;
+        self.env = env;
+        self
     }
 
     /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
@@ -96,7 +113,7 @@ impl Target {
             ("--postgres-schema", self.schema.clone()),
             ("--redis", self.redis_url.clone()),
             ("--redis-prefix", self.prefix.clone()),
-            ("--archive", self.archive.display().to_string()),
+            ("--archive", self.archive.clone()),
         ] {
             a.push(flag.into());
             a.push(value);
@@ -110,6 +127,7 @@ impl Target {
         if restore {
             cmd.args(["--restore", "latest"]);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.spawn().expect("start temperature")
     }
 
@@ -151,7 +169,7 @@ impl Target {
                 ),
             ),
             hashes: redis_hashes(&self.redis_url, &self.prefix),
-            archive: archive(&self.archive),
+            archive: archive(&self.archive, &self.s3),
         }
     }
 
@@ -201,29 +219,43 @@ fn redis_hashes(url: &str, prefix: &str) -> BTreeMap<String, BTreeMap<String, St
         .collect()
 }
 
+/// The S3 settings of the test stack, as the job gets them (`CAUDAL__S3__*`).
+fn s3_env() -> Option<(S3Config, Vec<(String, String)>)> {
+    let endpoint = service("CAUDAL_S3_ENDPOINT")?;
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let s3 = S3Config {
+        endpoint: Some(endpoint.clone()),
+        region: var("CAUDAL_S3_REGION", "us-east-1"),
+        access_key_id: Some(var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
+        secret_access_key: Some(var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
+        allow_http: true,
+        ..S3Config::default()
+    };
+    let env = vec![
+        ("CAUDAL__S3__ENDPOINT".to_string(), endpoint),
+        ("CAUDAL__S3__REGION".to_string(), s3.region.clone()),
+        ("CAUDAL__S3__ACCESS_KEY_ID".to_string(), s3.access_key_id.clone().unwrap_or_default()),
+        ("CAUDAL__S3__SECRET_ACCESS_KEY".to_string(), s3.secret_access_key.clone().unwrap_or_default()),
+        ("CAUDAL__S3__ALLOW_HTTP".to_string(), "true".to_string()),
+    ];
+    Some((s3, env))
+}
+
 /// Partition → the records of all its published files (Avro reader), sorted.
-fn archive(root: &Path) -> BTreeMap<String, Vec<String>> {
+fn archive(url: &str, s3: &S3Config) -> BTreeMap<String, Vec<String>> {
+    let store = CheckpointStorageConfig { url: url.to_string(), s3: s3.clone() }.build().unwrap();
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            if rel.starts_with("_inprogress") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else if rel.ends_with(".avro") {
-                let partition = p.parent().unwrap().strip_prefix(root).unwrap().display().to_string();
-                let bytes = std::fs::read(&p).unwrap();
-                let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
-                let records = out.entry(partition).or_default();
-                for v in reader {
-                    let r: caudal_schemas::ProcessedReading = apache_avro::from_value(&v.unwrap()).unwrap();
-                    records.push(format!("{r:?}"));
-                }
-            }
+    for e in store.list("").unwrap() {
+        if e.path.starts_with("_inprogress") || !e.path.ends_with(".avro") {
+            continue;
+        }
+        let partition = e.path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+        let bytes = store.get(&e.path).unwrap();
+        let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
+        let records = out.entry(partition).or_default();
+        for v in reader {
+            let r: caudal_schemas::ProcessedReading = apache_avro::from_value(&v.unwrap()).unwrap();
+            records.push(format!("{r:?}"));
         }
     }
     out.values_mut().for_each(|v| v.sort());
@@ -370,8 +402,10 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
         return;
     };
     let want = clean(&pg, &redis);
+    let Some((s3, s3_env)) = s3_env() else { return };
     let stack = PrivateStack::start();
-    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url());
+    // The archive goes to S3 here (the kill test archives into a directory).
+    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url()).on_s3(s3, s3_env);
     let child = t.spawn(false);
     std::thread::sleep(Duration::from_millis(1500));
     stack.services("stop");
