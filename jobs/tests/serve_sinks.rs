@@ -448,3 +448,23 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
     let got = t.results();
     assert_same(&got, want, "PostgreSQL and Redis restarted");
 }
+
+/// A permanent failure (an unknown role) fails the job at once, naming the sink and the cause.
+#[test]
+fn an_unknown_postgres_role_fails_the_job_naming_the_sink_and_the_cause() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let pg: tokio_postgres::Config = pg.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let url =
+        format!("postgres://no_such_role_caudal@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let t = Target::new("badrole", &url, &redis);
+    let (status, err) = wait(t.spawn(false));
+    assert!(!status.success());
+    assert!(err.contains("PostgreSQL sink") && err.contains("no_such_role_caudal"), "{err}");
+}

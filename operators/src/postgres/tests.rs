@@ -237,3 +237,26 @@ fn a_record_that_does_not_fit_the_key_is_a_configuration_error() {
     let e = sink.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap_err().to_string();
     assert!(e.contains("postgres.key") && e.contains("nope"), "{e}");
 }
+
+#[test]
+fn a_missing_permission_fails_at_once_naming_the_cause() {
+    let Some(db) = Db::open("pg_perm") else { return };
+    // A role that may log in but not create anything in the sink's schema.
+    let role = format!("{}_ro", db.schema);
+    db.execute(&format!("CREATE SCHEMA \"{}\"; CREATE ROLE \"{role}\" LOGIN", db.schema));
+    let mut config = db.config();
+    let pg: tokio_postgres::Config = db.url.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    config.url = format!("postgres://{role}@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let mut sink = config.build::<Reading>().unwrap();
+    let mut ctx = context(&db.job(), 0, None);
+    let started = std::time::Instant::now();
+    let e = sink.on_start(&mut ctx).unwrap_err().to_string();
+    db.execute(&format!("DROP ROLE IF EXISTS \"{role}\""));
+    assert!(e.contains("PostgreSQL sink") && e.contains("permission denied") && e.contains("42501"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "not retried as if transient");
+}
