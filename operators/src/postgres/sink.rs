@@ -155,6 +155,18 @@ fn bookkeeping(
     ddl(rt, timeout, client, &epoch_sql.create)
 }
 
+/// Checks the server's `max_prepared_transactions` (as `SHOW` prints it).
+fn prepared_transactions_enabled(max: &str) -> Result<(), String> {
+    match max.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(()),
+        _ => Err(format!(
+            "the server has max_prepared_transactions = {max}: exactly-once writes need prepared \
+             transactions; set max_prepared_transactions to at least twice the number of sink subtasks \
+             in postgresql.conf and restart PostgreSQL (or run the job without checkpoints)"
+        )),
+    }
+}
+
 impl<T> PostgresSink<T> {
     pub(crate) fn new(config: PostgresSinkConfig, pg: tokio_postgres::Config) -> Self {
         let timeout = Duration::from_secs(config.timeout_secs);
@@ -432,6 +444,27 @@ impl<T> PostgresSink<T> {
         Ok(())
     }
 
+    /// Exactly-once needs `PREPARE TRANSACTION`, which PostgreSQL disables by default.
+    fn check_prepared_transactions_enabled(&mut self) -> Result<()> {
+        let max: String = self.retry("checking max_prepared_transactions", |s, _| {
+            s.control(|rt, timeout, c| {
+                let row = block(
+                    rt,
+                    timeout,
+                    "checking max_prepared_transactions",
+                    c.query_one("SHOW max_prepared_transactions", &[]),
+                )?;
+                Ok(row.get::<_, String>(0))
+            })
+        })?;
+        prepared_transactions_enabled(&max).map_err(|m| {
+            Error::config(
+                "postgres (server setting max_prepared_transactions)",
+                format!("{}: {m}", self.what),
+            )
+        })
+    }
+
     fn is_this_attempt(&self, gid: &str) -> bool {
         self.ids.as_ref().is_some_and(|i| i.is_this_attempt(gid))
     }
@@ -472,6 +505,9 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.init(ctx)?;
+        if ctx.checkpointing {
+            self.check_prepared_transactions_enabled()?;
+        }
         if ctx.restored_checkpoint.is_none() && ctx.checkpointing && ctx.subtask == 0 {
             // A fresh start: transactions prepared by earlier runs belong to nobody.
             self.recover(&[])?;
@@ -587,6 +623,13 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
 mod tests {
     use super::*;
     use crate::postgres::row::SqlType;
+
+    #[test]
+    fn disabled_prepared_transactions_name_the_setting_and_the_fix() {
+        assert!(prepared_transactions_enabled("64").is_ok());
+        let e = prepared_transactions_enabled("0").unwrap_err();
+        assert!(e.contains("max_prepared_transactions = 0") && e.contains("postgresql.conf"), "{e}");
+    }
 
     #[test]
     fn upsert_sql_from_the_shape() {
