@@ -33,6 +33,7 @@ use tokio_postgres::{Client, Statement};
 /// The SQL of the sink's table, derived from the first record.
 #[derive(Debug, Clone)]
 struct TableSql {
+    qualified: String,
     create: String,
     upsert: String,
 }
@@ -76,7 +77,7 @@ impl TableSql {
             unnest.join(", "),
             keys.join(", ")
         );
-        TableSql { create, upsert }
+        TableSql { qualified: t, create, upsert }
     }
 }
 
@@ -134,6 +135,27 @@ fn ddl(rt: &tokio::runtime::Runtime, timeout: Duration, client: &Client, sql: &s
     }
 }
 
+/// Creates a table unless it exists (`CREATE TABLE IF NOT EXISTS` alone would need the
+/// CREATE privilege on the schema even when the table is there).
+fn create_table(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    client: &Client,
+    qualified: &str,
+    create: &str,
+) -> Result<(), Failure> {
+    let found = block(
+        rt,
+        timeout,
+        "looking up a table",
+        client.query_one("SELECT to_regclass($1)::text", &[&qualified]),
+    )?;
+    if found.get::<_, Option<String>>(0).is_some() {
+        return Ok(());
+    }
+    ddl(rt, timeout, client, create)
+}
+
 /// Creates the schema (unless it exists: creating needs a privilege using does not) and
 /// the `caudal_sink_epochs` table.
 fn bookkeeping(
@@ -152,7 +174,7 @@ fn bookkeeping(
     if exists.is_none() {
         ddl(rt, timeout, client, &format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)))?;
     }
-    ddl(rt, timeout, client, &epoch_sql.create)
+    create_table(rt, timeout, client, &epoch_sql.qualified, &epoch_sql.create)
 }
 
 /// Checks the server's `max_prepared_transactions` (as `SHOW` prints it).
@@ -238,7 +260,7 @@ impl<T> PostgresSink<T> {
         self.upsert = None;
         bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)?;
         if let Some(table) = &self.table {
-            ddl(rt, timeout, client, &table.create)?;
+            create_table(rt, timeout, client, &table.qualified, &table.create)?;
             self.upsert = Some(block(rt, timeout, "preparing the upsert", client.prepare(&table.upsert))?);
         }
         Ok(())
