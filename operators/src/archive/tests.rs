@@ -96,7 +96,17 @@ fn s3_objects_appear_when_their_checkpoint_completes() {
 #[test]
 fn restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let config = ArchiveConfig::new(dir.path().display().to_string());
+    restore_case(&ArchiveConfig::new(dir.path().display().to_string()));
+}
+
+#[test]
+fn on_s3_restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
+    let Some(config) = s3_config() else { return };
+    restore_case(&config);
+}
+
+fn restore_case(config: &ArchiveConfig) {
+    let config = config.clone();
     let mut ctx = context("archive-test", 0, None);
     let mut a = sink(&config, "a1");
     a.on_start(&mut ctx).unwrap();
