@@ -177,11 +177,26 @@ impl Target {
     }
 
     fn cleanup(&self) {
+        self.cleanup_redis();
         // A lock timeout: a lingering prepared transaction (a bug) must not hang the cleanup.
         let _ = pg_rows(
             &self.pg_url,
             &format!("SET lock_timeout = '5s'; DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
         );
+    }
+
+    /// Deletes the archived objects (S3 runs; directories go with the temp dir).
+    fn cleanup_archive(&self) {
+        if let Ok(store) =
+            (CheckpointStorageConfig { url: self.archive.clone(), s3: self.s3.clone() }).build()
+        {
+            for e in store.list("").unwrap_or_default() {
+                let _ = store.delete(&e.path);
+            }
+        }
+    }
+
+    fn cleanup_redis(&self) {
         if let Ok(mut c) = redis::Client::open(self.redis_url.as_str()).and_then(|c| c.get_connection()) {
             let keys: Vec<String> =
                 redis::cmd("KEYS").arg(format!("{}*", self.prefix)).query(&mut c).unwrap_or_default();
@@ -446,6 +461,7 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
     assert!(status.success(), "the job survives the outage: {err}");
     assert!(err.contains("retrying"), "the sinks logged their retries: {err}");
     let got = t.results();
+    t.cleanup_archive();
     assert_same(&got, want, "PostgreSQL and Redis restarted");
 }
 
@@ -465,6 +481,7 @@ fn an_unknown_postgres_role_fails_the_job_naming_the_sink_and_the_cause() {
         format!("postgres://no_such_role_caudal@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
     let t = Target::new("badrole", &url, &redis);
     let (status, err) = wait(t.spawn(false));
+    t.cleanup_redis();
     assert!(!status.success());
     assert!(err.contains("PostgreSQL sink") && err.contains("no_such_role_caudal"), "{err}");
 }

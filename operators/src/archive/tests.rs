@@ -36,6 +36,14 @@ fn published(config: &ArchiveConfig) -> Vec<(String, Vec<ProcessedReading>)> {
     files
 }
 
+/// Deletes everything under the archive's root (S3 tests share a bucket).
+fn delete_all(config: &ArchiveConfig) {
+    let store = CheckpointStorageConfig { url: config.url.clone(), s3: config.s3.clone() }.build().unwrap();
+    for e in store.list("").unwrap() {
+        store.delete(&e.path).unwrap();
+    }
+}
+
 fn in_progress(config: &ArchiveConfig) -> usize {
     let store = CheckpointStorageConfig { url: config.url.clone(), s3: config.s3.clone() }.build().unwrap();
     store.list(IN_PROGRESS).unwrap().len()
@@ -91,6 +99,7 @@ fn s3_config() -> Option<ArchiveConfig> {
 fn s3_objects_appear_when_their_checkpoint_completes() {
     let Some(config) = s3_config() else { return };
     lifecycle(&config);
+    delete_all(&config);
 }
 
 #[test]
@@ -103,6 +112,7 @@ fn restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
 fn on_s3_restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
     let Some(config) = s3_config() else { return };
     restore_case(&config);
+    delete_all(&config);
 }
 
 fn restore_case(config: &ArchiveConfig) {
