@@ -25,6 +25,8 @@ use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, S
 use serde::Serialize;
 use std::collections::HashSet;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -102,6 +104,7 @@ pub struct PostgresSink<T> {
     what: String,
     checkpointing: bool,
     attempt_override: Option<String>,
+    retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -210,6 +213,7 @@ impl<T> PostgresSink<T> {
             ids: None,
             checkpointing: false,
             attempt_override: None,
+            retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
     }
@@ -232,6 +236,7 @@ impl<T> PostgresSink<T> {
         }
         self.ids = Some(ids);
         self.checkpointing = ctx.checkpointing;
+        self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.what = format!(
             "PostgreSQL sink `{}`[{}] ({}.{})",
             ctx.operator_name, ctx.subtask, self.config.schema, self.config.table
@@ -369,7 +374,8 @@ impl<T> PostgresSink<T> {
     ) -> Result<R> {
         let policy = self.config.retry.clone();
         let what = format!("{}: {doing}", self.what);
-        policy.run(&what, |n| f(self, n))
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |n| f(self, n))
     }
 
     /// Sends waiting rows; without checkpoints also commits them.

@@ -12,6 +12,8 @@ use crate::retry::Failure;
 use caudal::{Batch, CheckpointId, Data, OperatorContext, Result, Sink};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// For each hash `KEYS[k]`, `ARGV` holds its event time, its number of fields `m` and `m`
@@ -57,6 +59,7 @@ pub struct RedisSink<T> {
     script: ::redis::Script,
     what: String,
     fields: HashFields,
+    retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -92,6 +95,7 @@ impl<T> RedisSink<T> {
             conn: None,
             script: ::redis::Script::new(FORWARD_ONLY_HSET),
             fields: Vec::new(),
+            retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
     }
@@ -138,7 +142,9 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
             format!("Redis sink `{}`[{}] ({}*)", ctx.operator_name, ctx.subtask, self.config.key_prefix);
         let what = format!("{}: connecting", self.what);
         let policy = self.config.retry.clone();
-        policy.run(&what, |_| self.connection().map(|_| ()))
+        self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |_| self.connection().map(|_| ()))
     }
 
     fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
@@ -180,7 +186,8 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
         }
         let what = format!("{}: writing {} keys", self.what, newest.len());
         let policy = self.config.retry.clone();
-        policy.run(&what, |_| self.send(&pipe))
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |_| self.send(&pipe))
     }
 
     fn pre_commit(

@@ -93,14 +93,19 @@ fn the_newest_record_of_a_batch_wins_whatever_its_position() {
 }
 
 #[test]
-fn a_forgotten_script_is_loaded_again() {
+fn a_forgotten_script_is_loaded_again_and_counted_as_a_retry() {
     let Some(mut s) = setup("redis_noscript") else { return };
-    let mut sink = s.sink();
     let mut ctx = context("redis-test", 0, None);
+    let mut c = RedisSinkConfig::new(&s.url);
+    c.key_prefix = s.prefix.clone();
+    let mut sink = c.build::<Reading>().unwrap();
+    sink.on_start(&mut ctx).unwrap();
     // A restarted Redis has no scripts; SCRIPT FLUSH does the same to this server.
     let () = ::redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.conn).unwrap();
     sink.write_batch(vec![reading(3, 1, 1.0)], &mut ctx).unwrap();
     assert_eq!(s.hash(3)["ts"], "1");
+    let retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+    assert!(retries.load(std::sync::atomic::Ordering::Relaxed) >= 1);
 }
 
 #[test]
