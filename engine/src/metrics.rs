@@ -18,6 +18,8 @@ pub mod names {
     /// Milliseconds a keyed operator subtask spent restoring its keyed state (download,
     /// verify, open, rescale) at start.
     pub const STATE_RESTORE_MS: &str = "state_restore_ms";
+    /// Attempts a sink repeated after a transient failure of its external service.
+    pub const SINK_RETRIES: &str = "sink_retries";
 }
 
 /// The per-partition gauges a Kafka source publishes, `kafka.<topic>.<partition>.<what>`:

@@ -1,8 +1,9 @@
 //! The temperature job with its PostgreSQL, Redis and archive sinks against the real
 //! services (`scripts/services.sh env`): SIGKILLed at random moments and restored, the
 //! tables, hashes and Avro files equal those of an uninterrupted run; PostgreSQL and Redis
-//! stopped and started again mid-run (private instances on ports of their own), the job
-//! retries, backpressures and ends with the same results.
+//! stopped and started again mid-run (private instances on ports of their own; the archive
+//! on the stack's S3 this time), the job retries, backpressures and ends with the same
+//! results.
 //!
 //! Without the services' variables the tests print why and pass, unless
 //! `CAUDAL_REQUIRE_STACK` is set (CI).
@@ -13,6 +14,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 
 fn service(var: &str) -> Option<String> {
     match std::env::var(var) {
@@ -41,7 +44,11 @@ struct Target {
     _tmp: tempfile::TempDir,
     out: PathBuf,
     ckpt: PathBuf,
-    archive: PathBuf,
+    /// A directory or s3://bucket/prefix.
+    archive: String,
+    s3: S3Config,
+    env: Vec<(String, String)>,
+    extra: Vec<String>,
 }
 
 impl Target {
@@ -55,9 +62,21 @@ impl Target {
             schema: name,
             out: tmp.path().join("out"),
             ckpt: tmp.path().join("ckpt"),
-            archive: tmp.path().join("archive"),
+            archive: tmp.path().join("archive").display().to_string(),
+            s3: S3Config::default(),
+            env: Vec::new(),
+            extra: Vec::new(),
             _tmp: tmp,
         }
+    }
+
+    /// Archives into the test stack's S3 bucket instead of a directory.
+    fn on_s3(mut self, s3: S3Config, env: Vec<(String, String)>) -> Target {
+        let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
+        self.archive = format!("s3://{bucket}/{}", self.schema);
+        self.s3 = s3;
+        self.env = env;
+        self
     }
 
     /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
@@ -96,11 +115,12 @@ impl Target {
             ("--postgres-schema", self.schema.clone()),
             ("--redis", self.redis_url.clone()),
             ("--redis-prefix", self.prefix.clone()),
-            ("--archive", self.archive.display().to_string()),
+            ("--archive", self.archive.clone()),
         ] {
             a.push(flag.into());
             a.push(value);
         }
+        a.extend(self.extra.iter().cloned());
         a
     }
 
@@ -110,6 +130,7 @@ impl Target {
         if restore {
             cmd.args(["--restore", "latest"]);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.spawn().expect("start temperature")
     }
 
@@ -151,12 +172,31 @@ impl Target {
                 ),
             ),
             hashes: redis_hashes(&self.redis_url, &self.prefix),
-            archive: archive(&self.archive),
+            archive: archive(&self.archive, &self.s3),
         }
     }
 
     fn cleanup(&self) {
-        let _ = pg_rows(&self.pg_url, &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
+        self.cleanup_redis();
+        // A lock timeout: a lingering prepared transaction (a bug) must not hang the cleanup.
+        let _ = pg_rows(
+            &self.pg_url,
+            &format!("SET lock_timeout = '5s'; DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
+        );
+    }
+
+    /// Deletes the archived objects (S3 runs; directories go with the temp dir).
+    fn cleanup_archive(&self) {
+        if let Ok(store) =
+            (CheckpointStorageConfig { url: self.archive.clone(), s3: self.s3.clone() }).build()
+        {
+            for e in store.list("").unwrap_or_default() {
+                let _ = store.delete(&e.path);
+            }
+        }
+    }
+
+    fn cleanup_redis(&self) {
         if let Ok(mut c) = redis::Client::open(self.redis_url.as_str()).and_then(|c| c.get_connection()) {
             let keys: Vec<String> =
                 redis::cmd("KEYS").arg(format!("{}*", self.prefix)).query(&mut c).unwrap_or_default();
@@ -201,29 +241,43 @@ fn redis_hashes(url: &str, prefix: &str) -> BTreeMap<String, BTreeMap<String, St
         .collect()
 }
 
+/// The S3 settings of the test stack, as the job gets them (`CAUDAL__S3__*`).
+fn s3_env() -> Option<(S3Config, Vec<(String, String)>)> {
+    let endpoint = service("CAUDAL_S3_ENDPOINT")?;
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let s3 = S3Config {
+        endpoint: Some(endpoint.clone()),
+        region: var("CAUDAL_S3_REGION", "us-east-1"),
+        access_key_id: Some(var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
+        secret_access_key: Some(var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
+        allow_http: true,
+        ..S3Config::default()
+    };
+    let env = vec![
+        ("CAUDAL__S3__ENDPOINT".to_string(), endpoint),
+        ("CAUDAL__S3__REGION".to_string(), s3.region.clone()),
+        ("CAUDAL__S3__ACCESS_KEY_ID".to_string(), s3.access_key_id.clone().unwrap_or_default()),
+        ("CAUDAL__S3__SECRET_ACCESS_KEY".to_string(), s3.secret_access_key.clone().unwrap_or_default()),
+        ("CAUDAL__S3__ALLOW_HTTP".to_string(), "true".to_string()),
+    ];
+    Some((s3, env))
+}
+
 /// Partition → the records of all its published files (Avro reader), sorted.
-fn archive(root: &Path) -> BTreeMap<String, Vec<String>> {
+fn archive(url: &str, s3: &S3Config) -> BTreeMap<String, Vec<String>> {
+    let store = CheckpointStorageConfig { url: url.to_string(), s3: s3.clone() }.build().unwrap();
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            if rel.starts_with("_inprogress") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else if rel.ends_with(".avro") {
-                let partition = p.parent().unwrap().strip_prefix(root).unwrap().display().to_string();
-                let bytes = std::fs::read(&p).unwrap();
-                let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
-                let records = out.entry(partition).or_default();
-                for v in reader {
-                    let r: caudal_schemas::ProcessedReading = apache_avro::from_value(&v.unwrap()).unwrap();
-                    records.push(format!("{r:?}"));
-                }
-            }
+    for e in store.list("").unwrap() {
+        if e.path.starts_with("_inprogress") || !e.path.ends_with(".avro") {
+            continue;
+        }
+        let partition = e.path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+        let bytes = store.get(&e.path).unwrap();
+        let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
+        let records = out.entry(partition).or_default();
+        for v in reader {
+            let r: caudal_schemas::ProcessedReading = apache_avro::from_value(&v.unwrap()).unwrap();
+            records.push(format!("{r:?}"));
         }
     }
     out.values_mut().for_each(|v| v.sort());
@@ -316,6 +370,30 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
     assert_same(&got, want, &format!("after {kills} kills"));
 }
 
+/// Crashes (abort, like SIGKILL) inside the commit window of checkpoint 2 — after its
+/// metadata is durable but before any sink heard of it, and while the sinks commit — then
+/// restores until the end. Only the PostgreSQL and archive sinks run their commit there
+/// (`--sink discard`): the restore must commit what checkpoint 2 prepared, exactly once.
+#[test]
+fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    for point in ["after-metadata-before-notify", "during-sink-commit"] {
+        let mut t = Target::new("crash", &pg, &redis);
+        t.extra = vec!["--sink".into(), "discard".into()];
+        t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), format!("{point}:2"))];
+        let (status, err) = wait(t.spawn(false));
+        assert_eq!(status.signal(), Some(6), "the crash point {point} was not reached: {status} {err}");
+        t.env.clear();
+        t.finish();
+        let got = t.results();
+        t.cleanup();
+        assert_same(&got, want, point);
+    }
+}
+
 /// A private PostgreSQL and Redis (scripts/services.sh with a stack dir and ports of their
 /// own), so stopping them disturbs nobody.
 struct PrivateStack {
@@ -370,8 +448,10 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
         return;
     };
     let want = clean(&pg, &redis);
+    let Some((s3, s3_env)) = s3_env() else { return };
     let stack = PrivateStack::start();
-    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url());
+    // The archive goes to S3 here (the kill test archives into a directory).
+    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url()).on_s3(s3, s3_env);
     let child = t.spawn(false);
     std::thread::sleep(Duration::from_millis(1500));
     stack.services("stop");
@@ -381,5 +461,27 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
     assert!(status.success(), "the job survives the outage: {err}");
     assert!(err.contains("retrying"), "the sinks logged their retries: {err}");
     let got = t.results();
+    t.cleanup_archive();
     assert_same(&got, want, "PostgreSQL and Redis restarted");
+}
+
+/// A permanent failure (an unknown role) fails the job at once, naming the sink and the cause.
+#[test]
+fn an_unknown_postgres_role_fails_the_job_naming_the_sink_and_the_cause() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let pg: tokio_postgres::Config = pg.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let url =
+        format!("postgres://no_such_role_caudal@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let t = Target::new("badrole", &url, &redis);
+    let (status, err) = wait(t.spawn(false));
+    t.cleanup_redis();
+    assert!(!status.success());
+    assert!(err.contains("PostgreSQL sink") && err.contains("no_such_role_caudal"), "{err}");
 }

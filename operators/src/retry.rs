@@ -8,6 +8,7 @@
 
 use caudal::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How a sink retries transient failures.
@@ -79,7 +80,18 @@ impl RetryPolicy {
     /// `give_up_after_secs`. `what` names the sink and the operation in logs and errors
     /// ("PostgreSQL sink `readings-sink`[0]: writing rows"). `attempt` gets the attempt
     /// number (0 first) so it can reconnect or check what a lost call did.
-    pub fn run<T>(&self, what: &str, mut attempt: impl FnMut(u32) -> Result<T, Failure>) -> Result<T> {
+    pub fn run<T>(&self, what: &str, attempt: impl FnMut(u32) -> Result<T, Failure>) -> Result<T> {
+        self.run_counted(what, &AtomicU64::new(0), attempt)
+    }
+
+    /// [`RetryPolicy::run`], adding each retry to `retries` (the sink's
+    /// [`caudal::metrics::names::SINK_RETRIES`] counter).
+    pub fn run_counted<T>(
+        &self,
+        what: &str,
+        retries: &AtomicU64,
+        mut attempt: impl FnMut(u32) -> Result<T, Failure>,
+    ) -> Result<T> {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(self.initial_backoff_ms);
         let max = Duration::from_millis(self.max_backoff_ms);
@@ -108,6 +120,7 @@ impl RetryPolicy {
                         )));
                     }
                     eprintln!("caudal: {what}: {cause}; retrying in {} ms", backoff.as_millis());
+                    retries.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(max);
                     n += 1;
@@ -127,8 +140,16 @@ mod tests {
 
     #[test]
     fn transient_failures_are_retried_until_success() {
-        let r = quick().run("test", |n| if n < 3 { Err(Failure::Transient("down".into())) } else { Ok(n) });
+        let retries = AtomicU64::new(0);
+        let r = quick().run_counted("test", &retries, |n| {
+            if n < 3 {
+                Err(Failure::Transient("down".into()))
+            } else {
+                Ok(n)
+            }
+        });
         assert_eq!(r.ok(), Some(3));
+        assert_eq!(retries.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -116,6 +116,7 @@ fn postgres(args: &Args) -> anyhow::Result<()> {
     let written = result.operators.iter().find(|o| o.name == "pg").map_or(0, |o| o.records_in);
     report(&format!("postgres (p={})", args.parallelism), written, secs);
     drop_schema(&url, &schema);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -165,6 +166,7 @@ fn redis_throughput(args: &Args) -> anyhow::Result<()> {
     let written = result.operators.iter().find(|o| o.name == "redis").map_or(0, |o| o.records_in);
     report(&format!("redis (p={})", args.parallelism), written, secs);
     delete_keys(&url, &prefix);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -227,6 +229,7 @@ fn latency(args: &Args) -> anyhow::Result<()> {
         hist.max()
     );
     delete_keys(&url, &prefix);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -25,6 +25,8 @@ use caudal_schemas::AvroRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 /// Where in-progress objects live, under the archive's root.
 pub const IN_PROGRESS: &str = "_inprogress";
@@ -56,6 +58,7 @@ pub struct ArchiveSink<R: 'static> {
     attempt: String,
     what: String,
     checkpointing: bool,
+    retries: Arc<AtomicU64>,
     _r: PhantomData<fn(R)>,
 }
 
@@ -86,6 +89,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
             files: 0,
             attempt: crate::attempt::id().to_string(),
             checkpointing: false,
+            retries: Arc::new(AtomicU64::new(0)),
             _r: PhantomData,
         }
     }
@@ -99,6 +103,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
     fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
         self.checkpointing = ctx.checkpointing;
+        self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.what = format!("archive sink `{}`[{}] ({})", ctx.operator_name, ctx.subtask, self.config.url);
         if self.store.is_none() {
             let storage =
@@ -119,7 +124,9 @@ impl<R: AvroRecord> ArchiveSink<R> {
     ) -> Result<T> {
         let store =
             self.store.as_ref().ok_or_else(|| Error::Operator(format!("{}: not started", self.what)))?;
-        self.config.retry.run(&format!("{}: {doing}", self.what), |_| f(store).map_err(storage))
+        self.config
+            .retry
+            .run_counted(&format!("{}: {doing}", self.what), &self.retries, |_| f(store).map_err(storage))
     }
 
     fn new_writer() -> Result<Writer<'static, Vec<u8>>> {
@@ -163,7 +170,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
     /// Copies `p` to its final name and deletes the in-progress object.
     fn publish(&self, p: &Pending) -> Result<()> {
         let what = format!("publishing {}", p.published);
-        self.config.retry.run(&format!("{}: {what}", self.what), |_| {
+        self.config.retry.run_counted(&format!("{}: {what}", self.what), &self.retries, |_| {
             let store = self.store.as_ref().ok_or_else(|| Failure::Permanent("not started".into()))?;
             match store.copy(&p.in_progress, &p.published) {
                 Ok(()) => {}

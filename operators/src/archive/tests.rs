@@ -36,6 +36,14 @@ fn published(config: &ArchiveConfig) -> Vec<(String, Vec<ProcessedReading>)> {
     files
 }
 
+/// Deletes everything under the archive's root (S3 tests share a bucket).
+fn delete_all(config: &ArchiveConfig) {
+    let store = CheckpointStorageConfig { url: config.url.clone(), s3: config.s3.clone() }.build().unwrap();
+    for e in store.list("").unwrap() {
+        store.delete(&e.path).unwrap();
+    }
+}
+
 fn in_progress(config: &ArchiveConfig) -> usize {
     let store = CheckpointStorageConfig { url: config.url.clone(), s3: config.s3.clone() }.build().unwrap();
     store.list(IN_PROGRESS).unwrap().len()
@@ -91,12 +99,24 @@ fn s3_config() -> Option<ArchiveConfig> {
 fn s3_objects_appear_when_their_checkpoint_completes() {
     let Some(config) = s3_config() else { return };
     lifecycle(&config);
+    delete_all(&config);
 }
 
 #[test]
 fn restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let config = ArchiveConfig::new(dir.path().display().to_string());
+    restore_case(&ArchiveConfig::new(dir.path().display().to_string()));
+}
+
+#[test]
+fn on_s3_restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
+    let Some(config) = s3_config() else { return };
+    restore_case(&config);
+    delete_all(&config);
+}
+
+fn restore_case(config: &ArchiveConfig) {
+    let config = config.clone();
     let mut ctx = context("archive-test", 0, None);
     let mut a = sink(&config, "a1");
     a.on_start(&mut ctx).unwrap();

@@ -25,6 +25,8 @@ use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, S
 use serde::Serialize;
 use std::collections::HashSet;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -33,6 +35,7 @@ use tokio_postgres::{Client, Statement};
 /// The SQL of the sink's table, derived from the first record.
 #[derive(Debug, Clone)]
 struct TableSql {
+    qualified: String,
     create: String,
     upsert: String,
 }
@@ -76,7 +79,7 @@ impl TableSql {
             unnest.join(", "),
             keys.join(", ")
         );
-        TableSql { create, upsert }
+        TableSql { qualified: t, create, upsert }
     }
 }
 
@@ -101,6 +104,7 @@ pub struct PostgresSink<T> {
     what: String,
     checkpointing: bool,
     attempt_override: Option<String>,
+    retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -134,6 +138,27 @@ fn ddl(rt: &tokio::runtime::Runtime, timeout: Duration, client: &Client, sql: &s
     }
 }
 
+/// Creates a table unless it exists (`CREATE TABLE IF NOT EXISTS` alone would need the
+/// CREATE privilege on the schema even when the table is there).
+fn create_table(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    client: &Client,
+    qualified: &str,
+    create: &str,
+) -> Result<(), Failure> {
+    let found = block(
+        rt,
+        timeout,
+        "looking up a table",
+        client.query_one("SELECT to_regclass($1)::text", &[&qualified]),
+    )?;
+    if found.get::<_, Option<String>>(0).is_some() {
+        return Ok(());
+    }
+    ddl(rt, timeout, client, create)
+}
+
 /// Creates the schema (unless it exists: creating needs a privilege using does not) and
 /// the `caudal_sink_epochs` table.
 fn bookkeeping(
@@ -152,7 +177,19 @@ fn bookkeeping(
     if exists.is_none() {
         ddl(rt, timeout, client, &format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)))?;
     }
-    ddl(rt, timeout, client, &epoch_sql.create)
+    create_table(rt, timeout, client, &epoch_sql.qualified, &epoch_sql.create)
+}
+
+/// Checks the server's `max_prepared_transactions` (as `SHOW` prints it).
+fn prepared_transactions_enabled(max: &str) -> Result<(), String> {
+    match max.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(()),
+        _ => Err(format!(
+            "the server has max_prepared_transactions = {max}: exactly-once writes need prepared \
+             transactions; set max_prepared_transactions to at least twice the number of sink subtasks \
+             in postgresql.conf and restart PostgreSQL (or run the job without checkpoints)"
+        )),
+    }
 }
 
 impl<T> PostgresSink<T> {
@@ -176,6 +213,7 @@ impl<T> PostgresSink<T> {
             ids: None,
             checkpointing: false,
             attempt_override: None,
+            retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
     }
@@ -198,6 +236,7 @@ impl<T> PostgresSink<T> {
         }
         self.ids = Some(ids);
         self.checkpointing = ctx.checkpointing;
+        self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.what = format!(
             "PostgreSQL sink `{}`[{}] ({}.{})",
             ctx.operator_name, ctx.subtask, self.config.schema, self.config.table
@@ -226,7 +265,7 @@ impl<T> PostgresSink<T> {
         self.upsert = None;
         bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)?;
         if let Some(table) = &self.table {
-            ddl(rt, timeout, client, &table.create)?;
+            create_table(rt, timeout, client, &table.qualified, &table.create)?;
             self.upsert = Some(block(rt, timeout, "preparing the upsert", client.prepare(&table.upsert))?);
         }
         Ok(())
@@ -335,7 +374,8 @@ impl<T> PostgresSink<T> {
     ) -> Result<R> {
         let policy = self.config.retry.clone();
         let what = format!("{}: {doing}", self.what);
-        policy.run(&what, |n| f(self, n))
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |n| f(self, n))
     }
 
     /// Sends waiting rows; without checkpoints also commits them.
@@ -432,6 +472,27 @@ impl<T> PostgresSink<T> {
         Ok(())
     }
 
+    /// Exactly-once needs `PREPARE TRANSACTION`, which PostgreSQL disables by default.
+    fn check_prepared_transactions_enabled(&mut self) -> Result<()> {
+        let max: String = self.retry("checking max_prepared_transactions", |s, _| {
+            s.control(|rt, timeout, c| {
+                let row = block(
+                    rt,
+                    timeout,
+                    "checking max_prepared_transactions",
+                    c.query_one("SHOW max_prepared_transactions", &[]),
+                )?;
+                Ok(row.get::<_, String>(0))
+            })
+        })?;
+        prepared_transactions_enabled(&max).map_err(|m| {
+            Error::config(
+                "postgres (server setting max_prepared_transactions)",
+                format!("{}: {m}", self.what),
+            )
+        })
+    }
+
     fn is_this_attempt(&self, gid: &str) -> bool {
         self.ids.as_ref().is_some_and(|i| i.is_this_attempt(gid))
     }
@@ -472,6 +533,9 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.init(ctx)?;
+        if ctx.checkpointing {
+            self.check_prepared_transactions_enabled()?;
+        }
         if ctx.restored_checkpoint.is_none() && ctx.checkpointing && ctx.subtask == 0 {
             // A fresh start: transactions prepared by earlier runs belong to nobody.
             self.recover(&[])?;
@@ -587,6 +651,13 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
 mod tests {
     use super::*;
     use crate::postgres::row::SqlType;
+
+    #[test]
+    fn disabled_prepared_transactions_name_the_setting_and_the_fix() {
+        assert!(prepared_transactions_enabled("64").is_ok());
+        let e = prepared_transactions_enabled("0").unwrap_err();
+        assert!(e.contains("max_prepared_transactions = 0") && e.contains("postgresql.conf"), "{e}");
+    }
 
     #[test]
     fn upsert_sql_from_the_shape() {

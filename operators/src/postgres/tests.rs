@@ -237,3 +237,63 @@ fn a_record_that_does_not_fit_the_key_is_a_configuration_error() {
     let e = sink.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap_err().to_string();
     assert!(e.contains("postgres.key") && e.contains("nope"), "{e}");
 }
+
+#[test]
+fn a_missing_permission_fails_at_once_naming_the_cause() {
+    let Some(db) = Db::open("pg_perm") else { return };
+    // A role that may log in but not create anything in the sink's schema.
+    let role = format!("{}_ro", db.schema);
+    db.execute(&format!("CREATE SCHEMA \"{}\"; CREATE ROLE \"{role}\" LOGIN", db.schema));
+    let mut config = db.config();
+    let pg: tokio_postgres::Config = db.url.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    config.url = format!("postgres://{role}@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let mut sink = config.build::<Reading>().unwrap();
+    let mut ctx = context(&db.job(), 0, None);
+    let started = std::time::Instant::now();
+    let e = sink.on_start(&mut ctx).unwrap_err().to_string();
+    db.execute(&format!("DROP ROLE IF EXISTS \"{role}\""));
+    assert!(e.contains("PostgreSQL sink") && e.contains("permission denied") && e.contains("42501"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "not retried as if transient");
+}
+
+#[test]
+fn a_role_that_may_only_write_the_existing_tables_is_enough() {
+    let Some(db) = Db::open("pg_writer") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    let mut owner = db.sink("a1");
+    owner.on_start(&mut ctx).unwrap();
+    owner.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
+    owner.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    owner.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
+    let role = format!("{}_w", db.schema);
+    db.execute(&format!(
+        "CREATE ROLE \"{role}\" LOGIN; GRANT USAGE ON SCHEMA \"{s}\" TO \"{role}\"; \
+         GRANT SELECT, INSERT, UPDATE ON \"{s}\".readings, \"{s}\".caudal_sink_epochs TO \"{role}\"",
+        s = db.schema
+    ));
+    let pg: tokio_postgres::Config = db.url.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let mut config = db.config();
+    config.url = format!("postgres://{role}@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let mut writer = config.build::<Reading>().unwrap();
+    writer.set_attempt("b1");
+    let result = (|| {
+        writer.on_start(&mut ctx)?;
+        writer.write_batch(vec![reading(1, 1, 2.0), reading(1, 2, 3.0)], &mut ctx)?;
+        writer.pre_commit(CheckpointId(2), &mut ctx)?;
+        writer.on_checkpoint_complete(CheckpointId(2), &mut ctx)
+    })();
+    drop(writer);
+    db.execute(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""));
+    result.unwrap();
+    assert_eq!(db.rows(), vec![(1, 1, 2.0), (1, 2, 3.0)]);
+}

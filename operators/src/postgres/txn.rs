@@ -89,6 +89,8 @@ impl EpochIds {
 /// The SQL of the bookkeeping, for the sink's schema.
 #[derive(Debug, Clone)]
 pub(crate) struct EpochSql {
+    /// `"schema"."caudal_sink_epochs"`.
+    pub qualified: String,
     pub create: String,
     pub record: String,
     pub committed: String,
@@ -99,6 +101,7 @@ impl EpochSql {
     pub(crate) fn new(schema: &str) -> Self {
         let t = format!("{}.{}", quote(schema), quote(EPOCHS_TABLE));
         EpochSql {
+            qualified: t.clone(),
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (gid TEXT PRIMARY KEY, sink TEXT NOT NULL, \
                  subtask INTEGER NOT NULL, checkpoint BIGINT NOT NULL, written_at TIMESTAMPTZ NOT NULL DEFAULT now())"

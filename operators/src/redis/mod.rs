@@ -29,4 +29,4 @@ mod sink;
 mod tests;
 
 pub use config::RedisSinkConfig;
-pub use sink::{HashFields, RedisHash, RedisSink, FORWARD_ONLY_HSET};
+pub use sink::{HashFields, RedisHash, RedisSink, FORWARD_ONLY_HSET, KEYS_PER_CALL};

@@ -1,7 +1,8 @@
 //! [`RedisSink`]: pipelined, forward-only hash writes.
 //!
 //! Per batch the sink keeps the newest record of each key, then sends one pipeline of
-//! `EVALSHA` calls of [`FORWARD_ONLY_HSET`]. A failed pipeline is sent again after a
+//! `EVALSHA` calls of [`FORWARD_ONLY_HSET`], each for up to [`KEYS_PER_CALL`] keys (one
+//! script call per key costs Redis more than the writes). A failed pipeline is sent again after a
 //! reconnect (with backoff; the task blocks meanwhile, so the job backpressures); the
 //! writes are idempotent, so a repeat is harmless. Nothing waits for checkpoints: values
 //! are visible as soon as the batch is written.
@@ -11,18 +12,31 @@ use crate::retry::Failure;
 use caudal::{Batch, CheckpointId, Data, OperatorContext, Result, Sink};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// `KEYS[1]` the hash, `ARGV[1]` the event time, `ARGV[2..]` field/value pairs: writes
-/// only when the hash holds no `ts` or an older one. Returns 1 when written, 0 when not.
+/// For each hash `KEYS[k]`, `ARGV` holds its event time, its number of fields `m` and `m`
+/// field/value pairs, one hash after the other. A hash is written only when it holds no
+/// `ts` or an older one. Returns how many hashes were written.
 pub const FORWARD_ONLY_HSET: &str = r#"
-local current = redis.call('HGET', KEYS[1], 'ts')
-if current and tonumber(current) >= tonumber(ARGV[1]) then
-  return 0
+local i = 1
+local written = 0
+for k = 1, #KEYS do
+  local ts = ARGV[i]
+  local m = tonumber(ARGV[i + 1])
+  local current = redis.call('HGET', KEYS[k], 'ts')
+  if not current or tonumber(current) < tonumber(ts) then
+    redis.call('HSET', KEYS[k], 'ts', ts, unpack(ARGV, i + 2, i + 1 + 2 * m))
+    written = written + 1
+  end
+  i = i + 2 + 2 * m
 end
-redis.call('HSET', KEYS[1], 'ts', ARGV[1], unpack(ARGV, 2))
-return 1
+return written
 "#;
+
+/// Keys per script call: bounds how long one call keeps Redis busy (about a millisecond).
+pub const KEYS_PER_CALL: usize = 256;
 
 /// Field/value pairs of a hash.
 pub type HashFields = Vec<(&'static str, String)>;
@@ -45,6 +59,7 @@ pub struct RedisSink<T> {
     script: ::redis::Script,
     what: String,
     fields: HashFields,
+    retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -80,6 +95,7 @@ impl<T> RedisSink<T> {
             conn: None,
             script: ::redis::Script::new(FORWARD_ONLY_HSET),
             fields: Vec::new(),
+            retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
     }
@@ -126,7 +142,9 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
             format!("Redis sink `{}`[{}] ({}*)", ctx.operator_name, ctx.subtask, self.config.key_prefix);
         let what = format!("{}: connecting", self.what);
         let policy = self.config.retry.clone();
-        policy.run(&what, |_| self.connection().map(|_| ()))
+        self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |_| self.connection().map(|_| ()))
     }
 
     fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
@@ -148,24 +166,28 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
         }
         let mut pipe = ::redis::pipe();
         let sha = self.script.get_hash().to_string();
-        for (key, i) in &newest {
-            let value = &batch[*i].value;
-            self.fields.clear();
-            value.fields(&mut self.fields);
-            let cmd = pipe
-                .cmd("EVALSHA")
-                .arg(&sha)
-                .arg(1)
-                .arg(format!("{}{key}", self.config.key_prefix))
-                .arg(value.event_time());
-            for (f, v) in &self.fields {
-                cmd.arg(*f).arg(v);
+        let entries: Vec<(&String, &usize)> = newest.iter().collect();
+        for chunk in entries.chunks(KEYS_PER_CALL) {
+            let mut keys = Vec::with_capacity(chunk.len());
+            let mut args: Vec<String> = Vec::with_capacity(chunk.len() * 12);
+            for (key, i) in chunk {
+                let value = &batch[**i].value;
+                self.fields.clear();
+                value.fields(&mut self.fields);
+                keys.push(format!("{}{key}", self.config.key_prefix));
+                args.push(value.event_time().to_string());
+                args.push(self.fields.len().to_string());
+                for (f, v) in self.fields.drain(..) {
+                    args.push(f.to_string());
+                    args.push(v);
+                }
             }
-            cmd.ignore();
+            pipe.cmd("EVALSHA").arg(&sha).arg(keys.len()).arg(&keys).arg(&args).ignore();
         }
         let what = format!("{}: writing {} keys", self.what, newest.len());
         let policy = self.config.retry.clone();
-        policy.run(&what, |_| self.send(&pipe))
+        let retries = self.retries.clone();
+        policy.run_counted(&what, &retries, |_| self.send(&pipe))
     }
 
     fn pre_commit(

@@ -93,14 +93,19 @@ fn the_newest_record_of_a_batch_wins_whatever_its_position() {
 }
 
 #[test]
-fn a_forgotten_script_is_loaded_again() {
+fn a_forgotten_script_is_loaded_again_and_counted_as_a_retry() {
     let Some(mut s) = setup("redis_noscript") else { return };
-    let mut sink = s.sink();
     let mut ctx = context("redis-test", 0, None);
+    let mut c = RedisSinkConfig::new(&s.url);
+    c.key_prefix = s.prefix.clone();
+    let mut sink = c.build::<Reading>().unwrap();
+    sink.on_start(&mut ctx).unwrap();
     // A restarted Redis has no scripts; SCRIPT FLUSH does the same to this server.
     let () = ::redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.conn).unwrap();
     sink.write_batch(vec![reading(3, 1, 1.0)], &mut ctx).unwrap();
     assert_eq!(s.hash(3)["ts"], "1");
+    let retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+    assert!(retries.load(std::sync::atomic::Ordering::Relaxed) >= 1);
 }
 
 #[test]
@@ -110,4 +115,24 @@ fn a_wrong_password_fails_at_once_naming_the_sink() {
     let mut sink = RedisSinkConfig::new(url).build::<Reading>().unwrap();
     let e = sink.on_start(&mut context("redis-test", 0, None)).unwrap_err().to_string();
     assert!(e.contains("Redis sink") && e.to_lowercase().contains("pass"), "{e}");
+}
+
+#[test]
+fn a_batch_of_many_keys_is_written_in_several_script_calls() {
+    let Some(mut s) = setup("redis_many") else { return };
+    let mut sink = s.sink();
+    let mut ctx = context("redis-test", 0, None);
+    let n = super::KEYS_PER_CALL as u64 * 2 + 7;
+    sink.write_batch((0..n).map(|id| reading(id, 10, id as f64)).collect(), &mut ctx).unwrap();
+    // Half of them move forward, half are replays of older readings.
+    sink.write_batch(
+        (0..n).map(|id| reading(id, if id % 2 == 0 { 11 } else { 9 }, -1.0)).collect(),
+        &mut ctx,
+    )
+    .unwrap();
+    for id in [0, 1, n / 2, n - 1] {
+        let h = s.hash(id);
+        let want = if id % 2 == 0 { ("11", "-1".to_string()) } else { ("10", id.to_string()) };
+        assert_eq!((h["ts"].as_str(), h["celsius"].clone()), want, "sensor {id}");
+    }
 }
