@@ -146,13 +146,6 @@ impl JobConfig {
                     self.state.kind = parse_backend(&value).map_err(|m| Error::config(key.clone(), m))?
                 }
                 "STATE_DIR" => self.state_dir = Some(value.clone().into()),
-                "S3_ENDPOINT" => {
-                    self.checkpoints.storage.s3.allow_http = value.starts_with("http://");
-                    self.checkpoints.storage.s3.endpoint = Some(value.clone());
-                }
-                "S3_REGION" => self.checkpoints.storage.s3.region = value.clone(),
-                "S3_ACCESS_KEY_ID" => self.checkpoints.storage.s3.access_key_id = Some(value.clone()),
-                "S3_SECRET_ACCESS_KEY" => self.checkpoints.storage.s3.secret_access_key = Some(value.clone()),
                 "TEST_CRASH_AT" => {
                     let (point, id) = value.rsplit_once(':').ok_or_else(|| {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")

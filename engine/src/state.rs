@@ -103,6 +103,12 @@ impl KeyedState {
         }
     }
 
+    /// The same state with an operator cache of `entries` (operator tests of the spill path).
+    pub fn with_cache_entries(mut self, entries: usize) -> Self {
+        self.cache_entries = entries;
+        self
+    }
+
     /// How many entries an operator may keep in its own write-back cache in front of the
     /// backend (`state.cache_entries`).
     pub fn cache_entries(&self) -> usize {

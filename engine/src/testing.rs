@@ -100,6 +100,13 @@ impl<O: crate::Operator> OperatorHarness<O> {
         Ok(OperatorHarness { op, ctx, out: Vec::new() })
     }
 
+    /// Replaces the keyed state (before the first record), e.g. with a small write-back
+    /// cache or a RocksDB backend.
+    pub fn with_keyed_state(mut self, keyed: crate::state::KeyedState) -> Self {
+        self.ctx.keyed = Some(keyed);
+        self
+    }
+
     /// Feed a batch.
     pub fn process(&mut self, batch: Batch<O::In>) -> Result<()> {
         self.op.process_batch(batch, &mut self.out, &mut self.ctx)

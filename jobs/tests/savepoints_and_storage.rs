@@ -98,24 +98,25 @@ fn s3_env() -> Option<Vec<(&'static str, String)>> {
     };
     let var = |n: &str, d: &str| std::env::var(n).unwrap_or_else(|_| d.to_string());
     Some(vec![
-        ("CAUDAL__S3_ENDPOINT", endpoint),
-        ("CAUDAL__S3_REGION", var("CAUDAL_S3_REGION", "us-east-1")),
-        ("CAUDAL__S3_ACCESS_KEY_ID", var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
-        ("CAUDAL__S3_SECRET_ACCESS_KEY", var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
+        ("CAUDAL__S3__ALLOW_HTTP", endpoint.starts_with("http://").to_string()),
+        ("CAUDAL__S3__ENDPOINT", endpoint),
+        ("CAUDAL__S3__REGION", var("CAUDAL_S3_REGION", "us-east-1")),
+        ("CAUDAL__S3__ACCESS_KEY_ID", var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
+        ("CAUDAL__S3__SECRET_ACCESS_KEY", var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
     ])
 }
 
 fn s3_store(url: &str, env: &[(&str, String)]) -> caudal_checkpoints::ObjectCheckpointStore {
     let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-    let endpoint = get("CAUDAL__S3_ENDPOINT");
+    let endpoint = get("CAUDAL__S3__ENDPOINT");
     caudal_checkpoints::CheckpointStorageConfig {
         url: url.to_string(),
         s3: caudal_checkpoints::S3Config {
             allow_http: endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
             endpoint,
-            region: get("CAUDAL__S3_REGION").unwrap(),
-            access_key_id: get("CAUDAL__S3_ACCESS_KEY_ID"),
-            secret_access_key: get("CAUDAL__S3_SECRET_ACCESS_KEY"),
+            region: get("CAUDAL__S3__REGION").unwrap(),
+            access_key_id: get("CAUDAL__S3__ACCESS_KEY_ID"),
+            secret_access_key: get("CAUDAL__S3__SECRET_ACCESS_KEY"),
             ..Default::default()
         },
     }

@@ -28,7 +28,8 @@ pub enum BackendKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateBackendConfig {
-    /// `rocksdb` (default) or `heap`.
+    /// `rocksdb` (default) or `heap` (also accepted as `backend`: `state.backend`).
+    #[serde(alias = "backend")]
     pub kind: BackendKind,
     /// Entries of the write-back cache in front of RocksDB per subtask (0 disables
     /// it). Hot keys are then read and written in memory and written through at
@@ -112,6 +113,8 @@ mod tests {
     #[test]
     fn parses_with_defaults_and_rejects_unknown_fields() {
         let c: StateBackendConfig = serde_json::from_str(r#"{"kind":"heap"}"#).unwrap();
+        assert_eq!(c.kind, BackendKind::Heap);
+        let c: StateBackendConfig = serde_json::from_str(r#"{"backend":"heap"}"#).unwrap();
         assert_eq!(c.kind, BackendKind::Heap);
         assert_eq!(c.rocksdb, RocksDbConfig::default());
         let c: StateBackendConfig = serde_json::from_str(r#"{"rocksdb":{"block_cache_mb":256}}"#).unwrap();

@@ -2,7 +2,9 @@
 //! window, fires when the watermark passes a window's end, and counts late records.
 //!
 //! State lives in the subtask's keyed-state backend (`OperatorContext::keyed_state`: RocksDB or
-//! heap), one entry per key: `window | key` → its open windows `[(window, accumulator, fired)]`.
+//! heap), one entry per key (state `window`, key = the record key) whose value is its open
+//! windows `([(window, fired)], [accumulator])`: windows first, so a restore rebuilds the
+//! timers without decoding accumulators.
 //! The hot path never touches the backend per record: a [`WindowCache`] pre-aggregates the keys
 //! in use in memory and writes the changed ones through at every barrier (then the engine
 //! snapshots the backend) or when it outgrows `state.cache_entries`; a key not in the cache

@@ -385,3 +385,44 @@ fn records_are_pre_aggregated_in_memory_and_written_through_at_the_barrier() {
     sums.sort();
     assert_eq!(sums, vec![(0, 25), (1, 25), (2, 25), (3, 25)]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// A write-back cache of 1-3 keys (spilling to the backend, reading back on a miss) and a
+    /// RocksDB backend give exactly the windows of the in-memory default.
+    #[test]
+    fn a_tiny_cache_and_rocksdb_give_the_same_windows(
+        events in proptest::collection::vec((0i64..200, 0u32..12, -5i64..5), 1..120),
+        cache in 1usize..4,
+        lateness in 0i64..30,
+    ) {
+        let feed = |mut h: OperatorHarness<WindowOperator<u32, Ev, AggregateEmitter<Sum>>>| {
+            let mut out = Vec::new();
+            for (i, (ts, k, v)) in events.iter().enumerate() {
+                h.process(vec![Record::new(*ts, (*k, *v))]).unwrap();
+                if i % 7 == 6 {
+                    h.watermark(*ts - 20).unwrap();
+                }
+                if i % 11 == 10 {
+                    h.snapshot(i as u64).unwrap();
+                }
+            }
+            h.watermark(MAX_WATERMARK).unwrap();
+            for o in h.take_values() {
+                out.push(format!("{o:?}"));
+            }
+            out.sort();
+            out
+        };
+        let want = feed(harness(tumbling(10), lateness));
+        let range = caudal_checkpoints::KeyGroupRange::all(128);
+        let small = caudal::KeyedState::heap(range).with_cache_entries(cache);
+        prop_assert_eq!(&feed(harness(tumbling(10), lateness).with_keyed_state(small)), &want);
+        let dir = tempfile::tempdir().unwrap();
+        let op = caudal_checkpoints::OperatorId::new("w").unwrap();
+        let rocks = caudal_checkpoints::RocksDbStateBackend::open(dir.path(), &op, range, &Default::default()).unwrap();
+        let rocks = caudal::KeyedState::from_backend(Box::new(rocks)).with_cache_entries(cache);
+        prop_assert_eq!(&feed(harness(tumbling(10), lateness).with_keyed_state(rocks)), &want);
+    }
+}

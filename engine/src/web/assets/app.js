@@ -552,10 +552,13 @@ function renderCheckpoints(c) {
   const rows = c.checkpoints.slice().reverse().map((k) => `<tr>
     <td class="num">${k.id}</td><td><span class="badge ${k.status === "COMPLETED" ? "FINISHED" : k.status === "FAILED" ? "FAILED" : "RUNNING"}">${esc(k.status)}</span></td>
     <td>${fmtClock(k.trigger_ms)}</td><td class="num">${fmtInt(k.duration_ms)} ms</td>
+    <td class="num">${fmtInt(Math.round((k.sync_us || 0) / 1000))} ms</td><td class="num">${fmtInt(Math.round((k.upload_us || 0) / 1000))} ms</td>
     <td class="num">${fmtBytes(k.size_bytes)}</td><td class="num">${fmtBytes(k.incremental_bytes)}</td>
     <td>${k.failure ? `<span class="mono">${esc(k.failure)}</span>` : ""}</td></tr>`).join("");
   $("#checkpoints-table").innerHTML = `<table id="checkpoints"><thead><tr><th class="num">ID</th><th>Status</th><th>Triggered</th>
-    <th class="num">Duration</th><th class="num">Size</th><th class="num">Incremental</th><th>Failure</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <th class="num">Duration</th><th class="num" title="Slowest subtask: time records waited at the barrier (write-through, RocksDB flush + checkpoint)">Sync</th>
+    <th class="num" title="Slowest subtask: upload of new files, off the task thread">Upload</th>
+    <th class="num">Size</th><th class="num">Incremental</th><th>Failure</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function renderFailures(failures) {
