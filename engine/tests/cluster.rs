@@ -219,12 +219,13 @@ impl Cluster {
     }
 
     fn submit(&self, parallelism: u32, job_args: &[String]) -> Output {
-        let p = parallelism.to_string();
-        let mut args = vec!["submit", temperature().to_str().unwrap(), "--jobmanager", &self.url()];
-        args.extend(["--parallelism", &p, "--"]);
-        args.extend(job_args.iter().map(String::as_str));
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        Command::new(caudal()).args(&args).output().unwrap()
+        Command::new(caudal())
+            .arg("submit")
+            .arg(temperature())
+            .args(["--jobmanager", &self.url(), "--parallelism", &parallelism.to_string(), "--"])
+            .args(job_args)
+            .output()
+            .unwrap()
     }
 
     fn job(&self, name: &str) -> Option<Value> {
@@ -334,7 +335,7 @@ fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
 #[test]
 fn a_job_that_always_fails_ends_failed_with_its_cause_after_the_restart_cap() {
     let c = {
-        let mut c = Cluster::start(&["--max-restarts", "2", "--restart-backoff-ms", "50"]);
+        let mut c = Cluster::start(&["--max-restarts", "2"]);
         c.start_taskmanager("tm-1", 1);
         c.wait_for_task_managers(1);
         c

@@ -125,11 +125,13 @@ impl PlanDocument {
 
     /// The checkpoint config of the job on cluster storage `url`.
     pub(crate) fn checkpoint_config(&self, url: &str) -> crate::config::CheckpointConfig {
-        let mut c = crate::config::CheckpointConfig::default();
-        c.interval = self.checkpoints.interval_ms.map(Duration::from_millis);
-        c.timeout = Duration::from_millis(self.checkpoints.timeout_ms);
-        c.min_pause = Duration::from_millis(self.checkpoints.min_pause_ms);
-        c.retained = self.checkpoints.retained;
+        let mut c = crate::config::CheckpointConfig {
+            interval: self.checkpoints.interval_ms.map(Duration::from_millis),
+            timeout: Duration::from_millis(self.checkpoints.timeout_ms),
+            min_pause: Duration::from_millis(self.checkpoints.min_pause_ms),
+            retained: self.checkpoints.retained,
+            ..Default::default()
+        };
         c.storage.url = url.to_string();
         c
     }

@@ -31,7 +31,7 @@ pub(crate) fn restore_point(cluster: &Cluster, job: &ClusterJob) -> Result<Optio
     let (store, paths) = open_store(&config, &spec.name)?;
     let ids = completed_checkpoints(store.as_ref(), &paths)
         .map_err(|e| crate::Error::Cluster(format!("listing checkpoints of `{}`: {e}", spec.name)))?;
-    Ok(match ids.into_iter().filter(|id| id.0 >= spec.checkpoint_floor).next_back() {
+    Ok(match ids.into_iter().rfind(|id| id.0 >= spec.checkpoint_floor) {
         Some(id) => Some(paths.checkpoint_dir(id)),
         None => spec.restore,
     })
