@@ -10,14 +10,15 @@
 
 use super::protocol::{Deployment, FromExecutor, Hello, Link, ToExecutor, HEARTBEAT_INTERVAL};
 use super::role::ExecutorSettings;
+use super::shuffle::{self, RemoteChannels};
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
 use crate::coordinator::{load_restore, open_store, restored_state};
-use crate::runtime::executor::{build_tasks, compile, spawn, RestoredState};
+use crate::runtime::executor::{build_tasks_placed, compile, spawn, RestoredState};
 use crate::runtime::task::TaskCommand;
 use crate::{Error, Result};
 use crossbeam_channel::TryRecvError;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -66,10 +67,18 @@ pub(crate) fn run(env: StreamEnv, job_name: &str, settings: ExecutorSettings) ->
         watch_stdin();
     }
     let stream = connect(&settings.jobmanager)?;
+    // Peers reach this executor's data port on the interface the job manager is reached from.
+    let local_ip =
+        stream.local_addr().map_err(|e| Error::io("reading the control socket's address", e))?.ip();
     let link: Link<ToExecutor> =
         Link::start(stream, "jobmanager").map_err(|e| Error::io("connecting to the job manager", e))?;
     link.sender
         .send(&Hello::Executor { executor_id: settings.executor_id.clone() })
+        .map_err(|e| Error::io("greeting the job manager", e))?;
+    let data = TcpListener::bind((local_ip, 0)).map_err(|e| Error::io("binding the data port", e))?;
+    let data_addr = data.local_addr().map_err(|e| Error::io("reading the data port", e))?;
+    link.sender
+        .send(&FromExecutor::DataPort { addr: data_addr.to_string() })
         .map_err(|e| Error::io("greeting the job manager", e))?;
     let deployment = match link.incoming.recv_timeout(Duration::from_secs(30)) {
         Ok(Ok(ToExecutor::Deploy(d))) => d,
@@ -80,7 +89,7 @@ pub(crate) fn run(env: StreamEnv, job_name: &str, settings: ExecutorSettings) ->
         Err(_) => lost("no deployment from the job manager within 30 s"),
     };
     let config = deployed_config(env.config(), &deployment);
-    let outcome = run_deployed(&env, &config, job_name, &link, &deployment);
+    let outcome = run_deployed(&env, &config, job_name, &link, &deployment, data);
     let (error, retryable) = match &outcome {
         Ok(_) | Err(Error::Cancelled) => (None, false),
         Err(e) => (Some(e.to_string()), e.is_retryable()),
@@ -110,6 +119,7 @@ fn run_deployed(
     job_name: &str,
     link: &Link<ToExecutor>,
     deployment: &Deployment,
+    data: TcpListener,
 ) -> Result<JobResult> {
     config.validate()?;
     if let Some((point, id)) = &config.crash_at {
@@ -130,10 +140,22 @@ fn run_deployed(
     } else {
         RestoredState::default()
     };
-    let tasks = build_tasks(&graph, &compiled, config, job_name, &env.metrics, &restored)?;
+    // Subtasks of other executors' slots are built there; channels to them cross the network.
+    let me = deployment.executor_index;
+    let mut remote = match deployment.peers.get(me as usize) {
+        Some(p) if deployment.peers.len() > 1 => Some(RemoteChannels::new(p.slots.iter().copied())),
+        _ => None,
+    };
+    let tasks =
+        build_tasks_placed(&graph, &compiled, config, job_name, &env.metrics, &restored, remote.as_mut())?;
     drop(graph);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
     let control = env.control.clone();
+    let mut senders = Vec::new();
+    if let Some(remote) = remote {
+        let capacity = (config.channel_capacity / config.batch_size).max(1);
+        senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control)?;
+    }
     let handles = spawn(tasks, &control, Some(ack_tx))?;
     let sources = handles.iter().filter(|h| h.is_source).count();
     let send = |m: &FromExecutor| {
@@ -219,6 +241,13 @@ fn run_deployed(
     }
     for h in handles {
         let _ = h.thread.join();
+    }
+    // What the tasks sent to other executors must be on the wire before this process ends.
+    for s in senders {
+        let _ = s.join();
+    }
+    if let Some(e) = control.failure.lock().take() {
+        return Err(e);
     }
     Ok(JobResult { operators: env.metrics.snapshot(), elapsed: started.elapsed(), last_checkpoint: None })
 }

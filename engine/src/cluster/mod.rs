@@ -30,9 +30,11 @@
 pub(crate) mod blob;
 pub mod cli;
 pub(crate) mod client;
+pub(crate) mod codec;
 pub(crate) mod executor;
 pub mod jobmanager;
 pub(crate) mod plan;
 pub(crate) mod protocol;
 pub(crate) mod role;
+pub(crate) mod shuffle;
 pub mod taskmanager;

@@ -81,6 +81,20 @@ pub(crate) struct Deployment {
     pub(crate) restore: Option<String>,
     /// The executor exits when the job manager is silent this long.
     pub(crate) heartbeat_timeout_ms: u64,
+    /// This executor's index in `peers`.
+    pub(crate) executor_index: u32,
+    /// Every executor of the attempt: its slots and data address. Subtask `i` of every
+    /// task runs in slot `i`.
+    pub(crate) peers: Vec<Peer>,
+}
+
+/// An executor of an attempt, as its peers see it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Peer {
+    /// Its slots (= the subtask indices it runs).
+    pub(crate) slots: Vec<u32>,
+    /// Its data address (`host:port`) for the shuffle between processes.
+    pub(crate) addr: String,
 }
 
 /// Job manager → executor.
@@ -103,6 +117,8 @@ pub(crate) enum ToExecutor {
 /// Executor → job manager.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum FromExecutor {
+    /// Sent right after the hello: where peers send this executor data.
+    DataPort { addr: String },
     /// The subtasks run.
     Running { tasks: usize, sources: usize },
     /// A subtask acknowledged a checkpoint with its snapshots `(operator uid, snapshot)`.

@@ -1,30 +1,32 @@
-//! One attempt of a job: reserve slots, start an executor on a task manager, deploy,
-//! then run the checkpoint coordinator against the executor until the job finishes, is
-//! cancelled or fails — and always make sure the executor is gone before returning.
+//! One attempt of a job: reserve slots (spread over task managers), start one executor
+//! per task manager used, tell every executor its slots and its peers' data addresses,
+//! then run the checkpoint coordinator against the executors until the job finishes, is
+//! cancelled or fails — and always make sure every executor is gone before returning.
 //!
 //! The coordinator is the embedded one (`crate::coordinator`): it drives "tasks" through
-//! their command channels. Here one proxy task stands for the executor: what the
-//! coordinator sends it is forwarded over the control connection, and its thread ends
-//! when the executor reports a finished task (so no checkpoint is triggered after that).
+//! their command channels. Here one proxy task stands for each executor: what the
+//! coordinator sends it is forwarded over that executor's control connection, and its
+//! thread ends when the executor reports a finished task (so no checkpoint is triggered
+//! after that). Acks from every executor go to the one coordinator.
 
 use super::taskmanagers::ExecutorEvent;
 use super::Cluster;
 use crate::cluster::jobmanager::job::ClusterJob;
 use crate::cluster::protocol::{
-    Deployment, FromExecutor, Link, ToExecutor, ToTaskManager, HEARTBEAT_INTERVAL,
+    Deployment, FromExecutor, Link, Peer, Sender as LinkSender, ToExecutor, ToTaskManager, HEARTBEAT_INTERVAL,
 };
 use crate::coordinator::{open_store, Coordinator, Tick};
 use crate::job::JobStatus;
 use crate::runtime::executor::RunningTask;
 use crate::runtime::task::{CheckpointAck, TaskCommand};
 use crate::types::CheckpointId;
-use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{unbounded, Receiver, Sender, TryRecvError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// How long a task manager may take to fetch the binary and start the executor.
+/// How long task managers may take to fetch the binary and start the executors.
 const EXECUTOR_START_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long an executor may take to build its subtasks (restoring state included).
+/// How long executors may take to build their subtasks (restoring state included).
 const DEPLOY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How an attempt ended.
@@ -45,6 +47,38 @@ fn failed(cause: impl Into<String>) -> Outcome {
     Outcome::Failed { cause: cause.into(), retryable: true, progressed: false }
 }
 
+/// One executor of the attempt.
+struct Exec {
+    id: String,
+    tm: String,
+    tm_sender: LinkSender,
+    slots: Vec<u32>,
+    link: Option<Link<FromExecutor>>,
+    data_addr: Option<String>,
+    link_closed: bool,
+    process_gone: bool,
+    running: bool,
+    finished: bool,
+    sources_at_end: usize,
+    last_heard: Instant,
+    /// Dropped when the executor reports a finished task: ends its proxy's thread.
+    done: Option<Sender<()>>,
+    commands: Option<Receiver<TaskCommand>>,
+}
+
+impl Exec {
+    fn name(&self) -> String {
+        format!("executor {} on task manager {}", self.id, self.tm)
+    }
+
+    fn send(&self, msg: &ToExecutor) -> Result<(), Outcome> {
+        match &self.link {
+            Some(l) => l.sender.send(msg).map_err(|e| failed(format!("{}: cannot send: {e}", self.name()))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Runs one attempt that restores `restore` (a checkpoint directory), or starts fresh.
 pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) -> Outcome {
     let attempt = {
@@ -53,18 +87,14 @@ pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) 
         s.task_managers.clear();
         s.attempt
     };
-    let executor_id = format!("{}.{}.{attempt}", job.name(), cluster.epoch);
     let (tx, events) = unbounded();
-    cluster.tms.add_route(&executor_id, tx);
     let mut a = Attempt {
         cluster,
         job,
-        executor_id,
+        prefix: format!("{}.{}.{attempt}", job.name(), cluster.epoch),
+        route: tx,
         events,
-        tm: None,
-        link: None,
-        link_closed: false,
-        process_gone: false,
+        execs: Vec::new(),
         restored: None,
         last_completed: None,
     };
@@ -73,19 +103,16 @@ pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) 
         *progressed = a.last_completed > a.restored;
     }
     a.cleanup(&outcome);
-    cluster.tms.remove_route(&a.executor_id);
     outcome
 }
 
 struct Attempt<'a> {
     cluster: &'a Cluster,
     job: &'a ClusterJob,
-    executor_id: String,
-    events: Receiver<ExecutorEvent>,
-    tm: Option<String>,
-    link: Option<Link<FromExecutor>>,
-    link_closed: bool,
-    process_gone: bool,
+    prefix: String,
+    route: Sender<(String, ExecutorEvent)>,
+    events: Receiver<(String, ExecutorEvent)>,
+    execs: Vec<Exec>,
     restored: Option<CheckpointId>,
     last_completed: Option<CheckpointId>,
 }
@@ -95,104 +122,153 @@ impl Attempt<'_> {
         self.job.cancel.load(Ordering::SeqCst)
     }
 
-    fn where_(&self) -> String {
-        format!("executor {} on task manager {}", self.executor_id, self.tm.as_deref().unwrap_or("?"))
-    }
-
-    /// An executor event seen while running: every one but a duplicate connection ends the attempt.
-    fn on_event(&mut self, event: ExecutorEvent) -> Option<Outcome> {
-        let w = self.where_();
+    /// An executor event: `Some(outcome)` when it ends the attempt.
+    fn on_event(&mut self, id: &str, event: ExecutorEvent) -> Option<Outcome> {
+        let e = self.execs.iter_mut().find(|e| e.id == id)?;
+        let name = e.name();
         match event {
-            ExecutorEvent::Connected(_) => None,
-            ExecutorEvent::Exited(status) => {
-                self.process_gone = true;
-                Some(failed(format!("{w} exited ({status})")))
+            ExecutorEvent::Connected(link) => {
+                e.last_heard = Instant::now();
+                e.link = Some(link);
+                None
             }
-            ExecutorEvent::StartFailed(e) => {
-                self.process_gone = true;
-                Some(failed(format!("{w} could not be started: {e}")))
+            ExecutorEvent::Exited(status) => {
+                e.process_gone = true;
+                (!e.finished).then(|| failed(format!("{name} exited ({status})")))
+            }
+            ExecutorEvent::StartFailed(err) => {
+                e.process_gone = true;
+                Some(failed(format!("{name} could not be started: {err}")))
             }
             ExecutorEvent::TaskManagerLost(cause) => {
-                self.process_gone = true;
-                Some(failed(cause))
+                e.process_gone = true;
+                (!e.finished).then_some(failed(cause))
             }
         }
+    }
+
+    fn drain_events(&mut self, wait: Duration) -> Option<Outcome> {
+        let first = match self.events.recv_timeout(wait) {
+            Ok(ev) => ev,
+            Err(_) => return None,
+        };
+        let mut pending = vec![first];
+        while let Ok(ev) = self.events.try_recv() {
+            pending.push(ev);
+        }
+        let mut outcome = None;
+        for (id, ev) in pending {
+            if let Some(o) = self.on_event(&id, ev) {
+                outcome.get_or_insert(o);
+            }
+        }
+        outcome
     }
 
     fn run(&mut self, restore: Option<String>) -> Outcome {
         let job = self.job;
         let needed = job.doc.slots_needed();
-        let sender = loop {
+        let placed = loop {
             if self.cancelled() {
                 return Outcome::Canceled;
             }
-            if let Some((tm, sender)) = self.cluster.tms.allocate(&self.executor_id, needed) {
-                self.tm = Some(tm.clone());
-                job.state.lock().task_managers = vec![tm];
-                break sender;
+            let prefix = self.prefix.clone();
+            if let Some(p) = self.cluster.tms.allocate(needed, |i| format!("{prefix}.{i}")) {
+                break p;
             }
             let (free, total, _, n) = self.cluster.tms.capacity();
             job.set_detail(format!(
-                "waiting for {needed} free slots on one task manager ({free} of {total} slots free in {n} task managers)"
+                "waiting for {needed} free slots ({free} of {total} slots free in {n} task managers)"
             ));
             std::thread::sleep(Duration::from_millis(100));
         };
-        let spec = job.spec.lock().clone();
-        job.set_detail(format!("starting {}", self.where_()));
-        let start = ToTaskManager::StartExecutor {
-            executor_id: self.executor_id.clone(),
-            binary_sha256: spec.binary_sha256.clone(),
-            args: spec.args.clone(),
-            env: Vec::new(),
-        };
-        if let Err(e) = sender.send(&start) {
-            self.process_gone = true;
-            return failed(format!("cannot reach task manager {}: {e}", self.tm.as_deref().unwrap_or("?")));
+        for p in placed {
+            self.cluster.tms.add_route(&p.executor_id, self.route.clone());
+            self.execs.push(Exec {
+                id: p.executor_id,
+                tm: p.task_manager,
+                tm_sender: p.sender,
+                slots: p.slots,
+                link: None,
+                data_addr: None,
+                link_closed: false,
+                process_gone: false,
+                running: false,
+                finished: false,
+                sources_at_end: 0,
+                last_heard: Instant::now(),
+                done: None,
+                commands: None,
+            });
         }
+        job.state.lock().task_managers = self.execs.iter().map(|e| e.tm.clone()).collect();
+        job.set_detail(format!("starting {} executors", self.execs.len()));
+        let spec = job.spec.lock().clone();
+        for e in &mut self.execs {
+            let start = ToTaskManager::StartExecutor {
+                executor_id: e.id.clone(),
+                binary_sha256: spec.binary_sha256.clone(),
+                args: spec.args.clone(),
+                env: Vec::new(),
+            };
+            if let Err(err) = e.tm_sender.send(&start) {
+                e.process_gone = true;
+                return failed(format!("cannot reach task manager {}: {err}", e.tm));
+            }
+        }
+        // Every executor connects and says where its data port is.
         let started = Instant::now();
-        let link = loop {
+        while self.execs.iter().any(|e| e.data_addr.is_none()) {
             if self.cancelled() {
                 return Outcome::Canceled;
             }
-            match self.events.recv_timeout(Duration::from_millis(100)) {
-                Ok(ExecutorEvent::Connected(link)) => break link,
-                Ok(other) => {
-                    if let Some(o) = self.on_event(other) {
-                        return o;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) if started.elapsed() > EXECUTOR_START_TIMEOUT => {
-                    return failed(format!(
-                        "{} did not connect within {EXECUTOR_START_TIMEOUT:?}",
-                        self.where_()
-                    ))
-                }
-                Err(_) => {}
+            if let Some(o) = self.drain_events(Duration::from_millis(20)) {
+                return o;
             }
-        };
-        self.link = Some(link);
+            for e in &mut self.execs {
+                let Some(link) = &e.link else { continue };
+                match link.incoming.try_recv() {
+                    Ok(Ok(FromExecutor::DataPort { addr })) => e.data_addr = Some(addr),
+                    Ok(Ok(other)) => {
+                        return failed(format!("{}: expected its data port, got {other:?}", e.name()))
+                    }
+                    Ok(Err(reason)) => {
+                        e.link_closed = true;
+                        return failed(format!("{}: control connection lost ({reason})", e.name()));
+                    }
+                    Err(_) => {}
+                }
+            }
+            if started.elapsed() > EXECUTOR_START_TIMEOUT {
+                return failed(format!(
+                    "the executors did not all connect within {EXECUTOR_START_TIMEOUT:?}"
+                ));
+            }
+        }
         self.restored = restore
             .as_deref()
             .and_then(|r| r.rsplit('/').next())
             .and_then(caudal_checkpoints::CheckpointPaths::parse_checkpoint_dir);
         self.last_completed = self.restored;
-        let deployment = Deployment {
-            parallelism: spec.parallelism,
-            checkpoint_url: self.cluster.config.checkpoint_url.clone(),
-            restore,
-            heartbeat_timeout_ms: self.cluster.config.heartbeat_timeout.as_millis() as u64,
-        };
-        if let Err(e) = self.send(&ToExecutor::Deploy(deployment)) {
-            return failed(format!("{}: cannot deploy: {e}", self.where_()));
+        let peers: Vec<Peer> = self
+            .execs
+            .iter()
+            .map(|e| Peer { slots: e.slots.clone(), addr: e.data_addr.clone().unwrap_or_default() })
+            .collect();
+        for (i, e) in self.execs.iter().enumerate() {
+            let deployment = Deployment {
+                parallelism: spec.parallelism,
+                checkpoint_url: self.cluster.config.checkpoint_url.clone(),
+                restore: restore.clone(),
+                heartbeat_timeout_ms: self.cluster.config.heartbeat_timeout.as_millis() as u64,
+                executor_index: i as u32,
+                peers: peers.clone(),
+            };
+            if let Err(o) = e.send(&ToExecutor::Deploy(deployment)) {
+                return o;
+            }
         }
         self.run_deployed()
-    }
-
-    fn send(&self, msg: &ToExecutor) -> std::io::Result<()> {
-        match &self.link {
-            Some(l) => l.sender.send(msg),
-            None => Ok(()),
-        }
     }
 
     fn run_deployed(&mut self) -> Outcome {
@@ -219,98 +295,112 @@ impl Attempt<'_> {
         } else {
             None
         };
-        // The proxy task of the executor (see the module doc).
-        let (cmd_tx, cmd_rx) = unbounded::<TaskCommand>();
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
-        let thread = match std::thread::Builder::new().name("caudal-executor-proxy".into()).spawn(move || {
-            let _ = done_rx.recv();
-        }) {
-            Ok(t) => t,
-            Err(e) => return failed(format!("spawning the executor proxy: {e}")),
-        };
-        let mut done_tx = Some(done_tx);
-        let proxies = vec![RunningTask { is_source: true, commands: cmd_tx, thread }];
+        // The proxy tasks of the executors (see the module doc).
+        let mut proxies = Vec::new();
+        for e in &mut self.execs {
+            let (cmd_tx, cmd_rx) = unbounded::<TaskCommand>();
+            let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+            let thread =
+                match std::thread::Builder::new().name("caudal-executor-proxy".into()).spawn(move || {
+                    let _ = done_rx.recv();
+                }) {
+                    Ok(t) => t,
+                    Err(err) => return failed(format!("spawning an executor proxy: {err}")),
+                };
+            e.done = Some(done_tx);
+            e.commands = Some(cmd_rx);
+            proxies.push(RunningTask { is_source: true, commands: cmd_tx, thread });
+        }
         let timeout = self.cluster.config.heartbeat_timeout;
         let total_sources = job.doc.source_subtasks();
         let deployed = Instant::now();
-        let (mut last_heard, mut last_sent) = (Instant::now(), Instant::now());
-        let (mut running, mut stop_sent) = (false, false);
+        let mut last_sent = Instant::now();
+        let mut stop_sent = false;
         let mut stop_since: Option<Instant> = None;
-        let mut sources_at_end = 0;
         loop {
             if self.cancelled() {
                 return Outcome::Canceled;
             }
-            let Some(link) = &self.link else { return failed("internal: no executor link") };
-            loop {
-                match link.incoming.try_recv() {
-                    Ok(Ok(msg)) => {
-                        last_heard = Instant::now();
-                        match msg {
-                            FromExecutor::Running { tasks, sources } => {
-                                running = true;
-                                job.view.set_status(JobStatus::Running);
-                                job.set_detail(format!(
-                                    "running: {tasks} tasks ({sources} source subtasks) in {}",
-                                    self.where_()
-                                ));
-                            }
-                            FromExecutor::Ack { checkpoint, subtask, snapshots } => {
-                                let _ = ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots });
-                            }
-                            FromExecutor::Progress { sources_at_end: s, tasks_finished } => {
-                                sources_at_end = s;
-                                if tasks_finished > 0 {
-                                    drop(done_tx.take());
+            for e in &mut self.execs {
+                let Some(link) = &e.link else { continue };
+                loop {
+                    match link.incoming.try_recv() {
+                        Ok(Ok(msg)) => {
+                            e.last_heard = Instant::now();
+                            match msg {
+                                FromExecutor::Running { .. } => e.running = true,
+                                FromExecutor::Ack { checkpoint, subtask, snapshots } => {
+                                    let _ = ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots });
                                 }
-                            }
-                            FromExecutor::Finished { error: None, .. } => return Outcome::Finished,
-                            FromExecutor::Finished { error: Some(e), retryable } => {
-                                return Outcome::Failed {
-                                    cause: format!("{}: {e}", self.where_()),
-                                    retryable,
-                                    progressed: false,
+                                FromExecutor::Progress { sources_at_end, tasks_finished } => {
+                                    e.sources_at_end = sources_at_end;
+                                    if tasks_finished > 0 {
+                                        drop(e.done.take());
+                                    }
                                 }
+                                FromExecutor::Finished { error: None, .. } => e.finished = true,
+                                FromExecutor::Finished { error: Some(err), retryable } => {
+                                    return Outcome::Failed {
+                                        cause: format!("{}: {err}", e.name()),
+                                        retryable,
+                                        progressed: false,
+                                    }
+                                }
+                                FromExecutor::Heartbeat | FromExecutor::DataPort { .. } => {}
                             }
-                            FromExecutor::Heartbeat => {}
                         }
+                        Ok(Err(reason)) => {
+                            e.link_closed = true;
+                            if e.finished {
+                                break;
+                            }
+                            return failed(format!("{}: control connection lost ({reason})", e.name()));
+                        }
+                        Err(TryRecvError::Disconnected) => {
+                            e.link_closed = true;
+                            if e.finished {
+                                break;
+                            }
+                            return failed(format!("{}: control connection lost", e.name()));
+                        }
+                        Err(TryRecvError::Empty) => break,
                     }
-                    Ok(Err(reason)) => {
-                        self.link_closed = true;
-                        return failed(format!("{}: control connection lost ({reason})", self.where_()));
-                    }
-                    Err(TryRecvError::Disconnected) => {
-                        self.link_closed = true;
-                        return failed(format!("{}: control connection lost", self.where_()));
-                    }
-                    Err(TryRecvError::Empty) => break,
+                }
+                if !e.finished && e.last_heard.elapsed() > timeout {
+                    return failed(format!("{} missed its heartbeats for {timeout:?}", e.name()));
                 }
             }
-            while let Ok(ev) = self.events.try_recv() {
-                if let Some(o) = self.on_event(ev) {
-                    return o;
-                }
+            if self.execs.iter().all(|e| e.finished) {
+                return Outcome::Finished;
+            }
+            if let Some(o) = self.drain_events(Duration::ZERO) {
+                return o;
             }
             if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
                 last_sent = Instant::now();
-                if let Err(e) = self.send(&ToExecutor::Heartbeat) {
-                    return failed(format!("{}: cannot send: {e}", self.where_()));
+                for e in self.execs.iter().filter(|e| !e.finished) {
+                    if let Err(o) = e.send(&ToExecutor::Heartbeat) {
+                        return o;
+                    }
                 }
             }
-            if last_heard.elapsed() > timeout {
-                return failed(format!("{} missed its heartbeats for {timeout:?}", self.where_()));
-            }
-            if !running {
+            if !self.execs.iter().all(|e| e.running) {
                 if deployed.elapsed() > DEPLOY_TIMEOUT {
                     return failed(format!(
-                        "{} did not start its subtasks within {DEPLOY_TIMEOUT:?}",
-                        self.where_()
+                        "the executors did not start their subtasks within {DEPLOY_TIMEOUT:?}"
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
-            let stopping = total_sources > 0 && sources_at_end >= total_sources;
+            if job.view.status() != JobStatus::Running {
+                job.view.set_status(JobStatus::Running);
+                let names: Vec<String> =
+                    self.execs.iter().map(|e| format!("{} {:?}", e.tm, e.slots)).collect();
+                job.set_detail(format!("running on task managers (slots): {}", names.join(", ")));
+            }
+            let at_end: usize = self.execs.iter().map(|e| e.sources_at_end).sum();
+            let stopping = total_sources > 0 && at_end >= total_sources;
             if stopping && stop_since.is_none() {
                 stop_since = Some(Instant::now());
             }
@@ -321,7 +411,7 @@ impl Attempt<'_> {
                         let overdue = stop_since.is_some_and(|t| t.elapsed() > c.stop_timeout());
                         stop_now = tick == Tick::StopSources || overdue;
                     }
-                    Err(e) => return failed(format!("checkpoint coordinator: {e}")),
+                    Err(err) => return failed(format!("checkpoint coordinator: {err}")),
                 }
                 if c.last_completed != self.last_completed {
                     self.last_completed = c.last_completed;
@@ -330,66 +420,75 @@ impl Attempt<'_> {
             }
             if stop_now && !stop_sent {
                 stop_sent = true;
-                job.set_detail(format!("input ended: final checkpoint taken, stopping {}", self.where_()));
-                if let Err(e) = self.send(&ToExecutor::Stop) {
-                    return failed(format!("{}: cannot send: {e}", self.where_()));
+                job.set_detail("input ended: final checkpoint taken, stopping");
+                for e in &self.execs {
+                    if let Err(o) = e.send(&ToExecutor::Stop) {
+                        return o;
+                    }
                 }
             }
-            while let Ok(cmd) = cmd_rx.try_recv() {
-                let msg = match cmd {
-                    TaskCommand::TriggerCheckpoint(b) => ToExecutor::TriggerCheckpoint(b),
-                    TaskCommand::CheckpointComplete(id) => ToExecutor::CheckpointComplete(id),
-                };
-                if let Err(e) = self.send(&msg) {
-                    return failed(format!("{}: cannot send: {e}", self.where_()));
+            for e in &self.execs {
+                let Some(commands) = &e.commands else { continue };
+                while let Ok(cmd) = commands.try_recv() {
+                    let msg = match cmd {
+                        TaskCommand::TriggerCheckpoint(b) => ToExecutor::TriggerCheckpoint(b),
+                        TaskCommand::CheckpointComplete(id) => ToExecutor::CheckpointComplete(id),
+                    };
+                    if e.finished {
+                        continue;
+                    }
+                    if let Err(o) = e.send(&msg) {
+                        return o;
+                    }
                 }
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
-    /// Makes sure the executor is gone: cancel it, ask its task manager to kill it, wait
+    /// Makes sure every executor is gone: cancel it, ask its task manager to kill it, wait
     /// (at most the heartbeat timeout) until its connection closed and its process ended.
     fn cleanup(&mut self, outcome: &Outcome) {
-        if *outcome != Outcome::Finished {
-            let _ = self.send(&ToExecutor::Cancel);
-            if let Some(sender) = self.tm.as_deref().and_then(|tm| self.cluster.tms.sender(tm)) {
-                let _ = sender.send(&ToTaskManager::StopExecutor { executor_id: self.executor_id.clone() });
+        for e in &mut self.execs {
+            if !e.finished || *outcome != Outcome::Finished {
+                let _ = e.send(&ToExecutor::Cancel);
+                let _ = e.tm_sender.send(&ToTaskManager::StopExecutor { executor_id: e.id.clone() });
             }
-        }
-        if self.tm.is_none() {
-            self.process_gone = true;
-        }
-        if self.link.is_none() {
-            self.link_closed = true;
+            if e.link.is_none() {
+                e.link_closed = true;
+            }
         }
         let deadline = Instant::now() + self.cluster.config.heartbeat_timeout;
-        while !(self.link_closed && self.process_gone) && Instant::now() < deadline {
-            if let Some(link) = &self.link {
-                match link.incoming.recv_timeout(Duration::from_millis(10)) {
-                    Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => self.link_closed = true,
-                    _ => {}
+        while self.execs.iter().any(|e| !(e.link_closed && e.process_gone)) && Instant::now() < deadline {
+            for e in &mut self.execs {
+                if let Some(link) = &e.link {
+                    loop {
+                        match link.incoming.try_recv() {
+                            Ok(Err(_)) | Err(TryRecvError::Disconnected) => {
+                                e.link_closed = true;
+                                break;
+                            }
+                            Ok(Ok(_)) => {}
+                            Err(TryRecvError::Empty) => break,
+                        }
+                    }
                 }
             }
-            while let Ok(ev) = self.events.try_recv() {
-                if !matches!(ev, ExecutorEvent::Connected(_)) {
-                    self.process_gone = true;
-                }
+            let _ = self.drain_events(Duration::from_millis(10));
+        }
+        for e in &self.execs {
+            if !(e.link_closed && e.process_gone) {
+                eprintln!(
+                    "caudal jobmanager: {} did not confirm its end within {:?}",
+                    e.name(),
+                    self.cluster.config.heartbeat_timeout
+                );
             }
-            if self.link_closed && !self.process_gone {
-                std::thread::sleep(Duration::from_millis(10));
+            if let Some(link) = &e.link {
+                link.sender.close();
             }
+            self.cluster.tms.release(&e.id);
+            self.cluster.tms.remove_route(&e.id);
         }
-        if !(self.link_closed && self.process_gone) {
-            eprintln!(
-                "caudal jobmanager: {} did not confirm its end within {:?}",
-                self.where_(),
-                self.cluster.config.heartbeat_timeout
-            );
-        }
-        if let Some(link) = &self.link {
-            link.sender.close();
-        }
-        self.cluster.tms.release(&self.executor_id);
     }
 }

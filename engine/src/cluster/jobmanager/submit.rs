@@ -64,11 +64,10 @@ pub(crate) fn submit(cluster: &Arc<Cluster>, req: SubmitRequest) -> Result<Clust
                 .into(),
         ));
     }
-    if needed > largest {
+    if needed > total {
         return Err(Refused::Invalid(format!(
-            "job `{name}` needs {needed} slots (its largest operator parallelism) on one task manager, but the \
-             largest task manager has {largest} slots ({total} slots in {n} task managers): lower --parallelism \
-             or start a task manager with more --slots"
+            "job `{name}` needs {needed} slots (its largest operator parallelism), but the cluster has {total} \
+             slots in {n} task managers (the largest has {largest}): lower --parallelism or add task managers"
         )));
     }
     let config = doc.checkpoint_config(&cluster.config.checkpoint_url);

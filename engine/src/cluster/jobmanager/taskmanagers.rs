@@ -46,6 +46,16 @@ pub struct TaskManagerView {
     pub last_heartbeat_ms_ago: u64,
 }
 
+/// Slots reserved on one task manager for one executor.
+#[derive(Debug)]
+pub(crate) struct Placement {
+    pub(crate) task_manager: String,
+    pub(crate) executor_id: String,
+    pub(crate) sender: Sender,
+    /// Slot indices (= the subtask indices the executor runs).
+    pub(crate) slots: Vec<u32>,
+}
+
 /// What happens to an executor, delivered to the job that started it.
 #[derive(Debug)]
 pub(crate) enum ExecutorEvent {
@@ -63,7 +73,7 @@ pub(crate) enum ExecutorEvent {
 #[derive(Debug, Default)]
 pub(crate) struct TaskManagers {
     entries: Mutex<BTreeMap<String, TaskManagerEntry>>,
-    routes: Mutex<HashMap<String, ChannelSender<ExecutorEvent>>>,
+    routes: Mutex<HashMap<String, ChannelSender<(String, ExecutorEvent)>>>,
 }
 
 impl TaskManagers {
@@ -112,12 +122,41 @@ impl TaskManagers {
         }
     }
 
-    /// Reserves `slots` for `executor` on the task manager with the most free slots.
-    pub(crate) fn allocate(&self, executor: &str, slots: u32) -> Option<(String, Sender)> {
+    /// Reserves `n` slots, spread over the task managers (most free first, slot indices
+    /// dealt round-robin): one [`Placement`] per task manager used. `executor_id`
+    /// names the executor each task manager will run for them (given its position).
+    pub(crate) fn allocate(&self, n: u32, executor_id: impl Fn(usize) -> String) -> Option<Vec<Placement>> {
         let mut e = self.entries.lock();
-        let (name, entry) = e.iter_mut().filter(|(_, t)| t.free() >= slots).max_by_key(|(_, t)| t.free())?;
-        entry.used.insert(executor.to_string(), slots);
-        Some((name.clone(), entry.sender.clone()))
+        if e.values().map(TaskManagerEntry::free).sum::<u32>() < n {
+            return None;
+        }
+        let mut order: Vec<(String, u32)> =
+            e.iter().filter(|(_, t)| t.free() > 0).map(|(name, t)| (name.clone(), t.free())).collect();
+        order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut dealt: Vec<Vec<u32>> = vec![Vec::new(); order.len()];
+        let mut next = 0;
+        for slot in 0..n {
+            while order[next % order.len()].1 == 0 {
+                next += 1;
+            }
+            let i = next % order.len();
+            order[i].1 -= 1;
+            dealt[i].push(slot);
+            next += 1;
+        }
+        let mut placed = Vec::new();
+        for ((name, _), slots) in order.into_iter().zip(dealt).filter(|(_, s)| !s.is_empty()) {
+            let id = executor_id(placed.len());
+            let entry = e.get_mut(&name)?;
+            entry.used.insert(id.clone(), slots.len() as u32);
+            placed.push(Placement {
+                task_manager: name,
+                executor_id: id,
+                sender: entry.sender.clone(),
+                slots,
+            });
+        }
+        Some(placed)
     }
 
     /// Frees the slots of `executor`.
@@ -125,11 +164,6 @@ impl TaskManagers {
         for entry in self.entries.lock().values_mut() {
             entry.used.remove(executor);
         }
-    }
-
-    /// The sender of task manager `name`, if it is registered.
-    pub(crate) fn sender(&self, name: &str) -> Option<Sender> {
-        self.entries.lock().get(name).map(|e| e.sender.clone())
     }
 
     /// (free slots, total slots, largest task manager's slots, task managers).
@@ -159,7 +193,7 @@ impl TaskManagers {
     }
 
     /// Deliver executor events for `executor` to `to` from now on.
-    pub(crate) fn add_route(&self, executor: &str, to: ChannelSender<ExecutorEvent>) {
+    pub(crate) fn add_route(&self, executor: &str, to: ChannelSender<(String, ExecutorEvent)>) {
         self.routes.lock().insert(executor.to_string(), to);
     }
 
@@ -170,7 +204,7 @@ impl TaskManagers {
     /// Delivers `event`; false when no job owns `executor` (a stale executor).
     pub(crate) fn route(&self, executor: &str, event: ExecutorEvent) -> bool {
         match self.routes.lock().get(executor) {
-            Some(to) => to.send(event).is_ok(),
+            Some(to) => to.send((executor.to_string(), event)).is_ok(),
             None => false,
         }
     }
