@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// The sha256 of `data`, lowercase hex.
+#[cfg(test)]
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
     let digest = Sha256::digest(data);
     digest.iter().map(|b| format!("{b:02x}")).collect()
@@ -42,36 +43,91 @@ impl BlobStore {
     }
 
     /// Stores `data` under `sha`, checking that `sha` is its hash.
+    #[cfg(test)]
     pub(crate) fn put(&self, sha: &str, data: &[u8]) -> Result<PathBuf> {
+        let mut w = self.writer(sha)?;
+        w.write(data)?;
+        w.finish()
+    }
+
+    /// A writer of blob `sha` that streams to a temporary file; [`BlobWriter::finish`]
+    /// checks the hash and publishes it.
+    pub(crate) fn writer(&self, sha: &str) -> Result<BlobWriter> {
         if !is_sha256(sha) {
             return Err(Error::Cluster(format!("`{sha}` is not a sha256 (64 lowercase hex digits)")));
-        }
-        let actual = sha256_hex(data);
-        if actual != sha {
-            return Err(Error::Cluster(format!(
-                "the upload's sha256 is {actual}, not {sha}: the binary was changed or truncated in transit"
-            )));
-        }
-        let path = self.path(sha);
-        if path.is_file() {
-            return Ok(path);
         }
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self.dir.join(format!(".{sha}.{}.{n}.tmp", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(data)?;
-            f.sync_all()?;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-            std::fs::rename(&tmp, &path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(format!("storing binary {sha} in {}", self.dir.display()), e)
-        })?;
-        Ok(path)
+        let file =
+            std::fs::File::create(&tmp).map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        Ok(BlobWriter {
+            file: std::io::BufWriter::with_capacity(1 << 20, file),
+            hasher: Sha256::new(),
+            sha: sha.to_string(),
+            tmp,
+            path: self.path(sha),
+        })
     }
+}
+
+/// A blob being written (see [`BlobStore::writer`]); dropped unfinished, it leaves nothing.
+#[derive(Debug)]
+pub(crate) struct BlobWriter {
+    file: std::io::BufWriter<std::fs::File>,
+    hasher: Sha256,
+    sha: String,
+    tmp: PathBuf,
+    path: PathBuf,
+}
+
+impl BlobWriter {
+    pub(crate) fn write(&mut self, chunk: &[u8]) -> Result<()> {
+        self.hasher.update(chunk);
+        self.file.write_all(chunk).map_err(|e| Error::io(format!("writing {}", self.tmp.display()), e))
+    }
+
+    /// Checks the hash and publishes the blob under its name.
+    pub(crate) fn finish(mut self) -> Result<PathBuf> {
+        let actual: String =
+            std::mem::take(&mut self.hasher).finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if actual != self.sha {
+            return Err(Error::Cluster(format!(
+                "the upload's sha256 is {actual}, not {}: the binary was changed or truncated in transit",
+                self.sha
+            )));
+        }
+        let publish = |w: &mut Self| -> std::io::Result<()> {
+            w.file.flush()?;
+            w.file.get_ref().sync_all()?;
+            std::fs::set_permissions(&w.tmp, std::fs::Permissions::from_mode(0o755))?;
+            std::fs::rename(&w.tmp, &w.path)
+        };
+        publish(&mut self).map_err(|e| Error::io(format!("storing binary {}", self.path.display()), e))?;
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.tmp); // gone already when published
+    }
+}
+
+/// The sha256 of the file at `path`, read in chunks.
+pub(crate) fn sha256_of_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut f, &mut buf)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

@@ -172,9 +172,7 @@ fn run(command: Commands) -> Result<ExitCode> {
         }
         Commands::Submit { binary, parallelism, restore, wait, jobmanager, job_args } => {
             let client = JobManagerClient::new(&jobmanager)?;
-            let data =
-                std::fs::read(&binary).map_err(|e| Error::io(format!("reading {}", binary.display()), e))?;
-            let sha = client.upload(&data)?;
+            let sha = client.upload(&binary)?;
             let view =
                 client.submit(&SubmitRequest { binary_sha256: sha, args: job_args, parallelism, restore })?;
             println!("submitted job `{}` ({} slots): {}", view.name, view.slots, view.detail);

@@ -1,7 +1,7 @@
 //! A client of the job manager's HTTP API: what `caudal submit|list|cancel` and task
 //! managers use. Every failure names the job manager's URL and what to do.
 
-use super::blob::sha256_hex;
+use super::blob::{sha256_of_file, BlobStore};
 use super::jobmanager::http::ClusterInfo;
 use super::jobmanager::submit::SubmitRequest;
 use super::jobmanager::ClusterJobView;
@@ -88,15 +88,21 @@ impl JobManagerClient {
         )
     }
 
-    /// Uploads `binary` (unless the job manager has it) and returns its sha256.
-    pub(crate) fn upload(&self, binary: &[u8]) -> Result<String> {
-        let sha = sha256_hex(binary);
+    /// Uploads the binary at `path` (streamed) and returns its sha256.
+    pub(crate) fn upload(&self, path: &std::path::Path) -> Result<String> {
+        let sha = sha256_of_file(path)?;
+        let url = format!("{}/api/v1/cluster/blobs/{sha}", self.base);
+        if self.agent.head(&url).call().map_err(|e| self.unreachable(e))?.status() == 200 {
+            return Ok(sha); // content-addressed: the job manager has it already
+        }
+        let file =
+            std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         let _: serde_json::Value = self.answer(
             "upload",
             self.agent
                 .put(format!("{}/api/v1/cluster/blobs/{sha}", self.base))
                 .content_type("application/octet-stream")
-                .send(binary),
+                .send(file),
         )?;
         Ok(sha)
     }
@@ -105,9 +111,9 @@ impl JobManagerClient {
         self.answer("submit", self.agent.post(format!("{}/api/v1/cluster/jobs", self.base)).send_json(req))
     }
 
-    /// Downloads binary `sha`.
-    pub(crate) fn download(&self, sha: &str) -> Result<Vec<u8>> {
-        let mut r = self
+    /// Downloads binary `sha` into `blobs` (streamed, hash checked).
+    pub(crate) fn download(&self, sha: &str, blobs: &BlobStore) -> Result<()> {
+        let r = self
             .agent
             .get(format!("{}/api/v1/cluster/blobs/{sha}", self.base))
             .call()
@@ -115,10 +121,17 @@ impl JobManagerClient {
         if r.status() != 200 {
             return Err(Error::Cluster(format!("downloading binary {sha}: HTTP {}", r.status())));
         }
-        r.body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(|e| Error::Cluster(format!("downloading binary {sha}: {e}")))
+        let mut reader = r.into_body().into_with_config().limit(u64::MAX).reader();
+        let mut writer = blobs.writer(sha)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = std::io::Read::read(&mut reader, &mut buf)
+                .map_err(|e| Error::Cluster(format!("downloading binary {sha}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            writer.write(&buf[..n])?;
+        }
+        writer.finish().map(|_| ())
     }
 }

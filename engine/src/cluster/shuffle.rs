@@ -397,3 +397,75 @@ fn grant_credits(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Batch, Record};
+    use crossbeam_channel::bounded;
+
+    fn batch(v: u64) -> ChannelMessage {
+        StreamMessage::Data(Box::new(vec![Record::new(0, v)]))
+    }
+
+    /// Two executors in one process over loopback: executor 0 runs subtask 0 (producer),
+    /// executor 1 runs subtask 1 (consumer) of one channel.
+    #[test]
+    fn a_slow_consumer_stops_the_producer_across_the_connection_and_nothing_is_lost() {
+        let capacity = 4;
+        let key = ChannelKey::new(1, 0, 0, 1);
+        let codec = BatchCodec::of::<u64>();
+        let (up_tx, up_rx) = bounded::<ChannelMessage>(capacity); // the producer's process
+        let (down_tx, down_rx) = bounded::<ChannelMessage>(capacity); // the consumer's process
+        let mut producer_side = RemoteChannels::new([0]);
+        producer_side.register(key, &up_tx, &up_rx, codec);
+        let mut consumer_side = RemoteChannels::new([1]);
+        consumer_side.register(key, &down_tx, &down_rx, codec);
+        drop((up_rx, down_tx));
+        let (l0, l1) = (TcpListener::bind("127.0.0.1:0").unwrap(), TcpListener::bind("127.0.0.1:0").unwrap());
+        let peers = vec![
+            Peer { slots: vec![0], addr: l0.local_addr().unwrap().to_string() },
+            Peer { slots: vec![1], addr: l1.local_addr().unwrap().to_string() },
+        ];
+        let control = JobControl::default();
+        let senders = start(l0, producer_side, 0, &peers, capacity, &control).unwrap();
+        assert!(start(l1, consumer_side, 1, &peers, capacity, &control).unwrap().is_empty());
+        // The consumer reads nothing: the producer fills its channel, the consumer's channel
+        // and nothing more — backpressure across the connection.
+        let mut sent = 0u64;
+        let quiet_since = Instant::now();
+        while quiet_since.elapsed() < Duration::from_millis(500) {
+            match up_tx.try_send(batch(sent)) {
+                Ok(()) => sent += 1,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        assert!(
+            sent as usize <= 2 * capacity + 1,
+            "{sent} messages left the producer for {capacity} + {capacity} slots"
+        );
+        assert_eq!(down_rx.len(), capacity, "the consumer's channel is full");
+        // Now the consumer reads: everything arrives, in order, then the end.
+        let consumer = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match down_rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                    StreamMessage::Data(b) => {
+                        got.extend(b.downcast::<Batch<u64>>().unwrap().iter().map(|r| r.value))
+                    }
+                    StreamMessage::End => return got,
+                    _ => {}
+                }
+            }
+        });
+        for v in sent..100 {
+            up_tx.send(batch(v)).unwrap();
+        }
+        up_tx.send(StreamMessage::End).unwrap();
+        assert_eq!(consumer.join().unwrap(), (0..100).collect::<Vec<u64>>());
+        for s in senders {
+            s.join().unwrap();
+        }
+        assert!(control.failure.lock().is_none());
+    }
+}

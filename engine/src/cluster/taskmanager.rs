@@ -266,8 +266,7 @@ fn start_executor(
     env: impl Iterator<Item = (String, String)>,
 ) -> std::result::Result<(Child, std::process::ChildStdin), String> {
     if !blobs.contains(sha) {
-        let data = client.download(sha).map_err(|e| e.to_string())?;
-        blobs.put(sha, &data).map_err(|e| e.to_string())?;
+        client.download(sha, blobs).map_err(|e| e.to_string())?;
     }
     let mut child = Command::new(blobs.path(sha))
         .args(args)

@@ -13,12 +13,13 @@ use super::job::{is_final, ClusterJobView};
 use super::submit::{submit, Refused, SubmitRequest};
 use super::taskmanagers::TaskManagerView;
 use super::Cluster;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -67,12 +68,28 @@ async fn info(State(c): St) -> Json<ClusterInfo> {
     })
 }
 
-async fn upload(State(c): St, Path(sha): Path<String>, body: Bytes) -> Response {
-    let result = tokio::task::spawn_blocking(move || c.blobs.put(&sha, &body).map(|_| sha)).await;
-    match result {
-        Ok(Ok(sha)) => {
-            (StatusCode::CREATED, Json(serde_json::json!({ "binary_sha256": sha }))).into_response()
+/// Streams the upload into the blob store (binaries are hundreds of MB in debug builds).
+async fn upload(State(c): St, Path(sha): Path<String>, body: Body) -> Response {
+    if c.blobs.contains(&sha) {
+        // Read what the client sends anyway: closing early would break its upload.
+        let mut stream = body.into_data_stream();
+        while let Some(Ok(_)) = stream.next().await {}
+        return (StatusCode::OK, Json(serde_json::json!({ "binary_sha256": sha }))).into_response();
+    }
+    let mut writer = match c.blobs.writer(&sha) {
+        Ok(w) => w,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let written =
+            chunk.map_err(|e| e.to_string()).and_then(|c| writer.write(&c).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            return error(StatusCode::BAD_REQUEST, format!("receiving binary {sha}: {e}"));
         }
+    }
+    match tokio::task::spawn_blocking(move || writer.finish()).await {
+        Ok(Ok(_)) => (StatusCode::CREATED, Json(serde_json::json!({ "binary_sha256": sha }))).into_response(),
         Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
@@ -82,12 +99,29 @@ async fn download(State(c): St, Path(sha): Path<String>) -> Response {
     if !c.blobs.contains(&sha) {
         return error(StatusCode::NOT_FOUND, format!("no binary {sha}"));
     }
-    let path = c.blobs.path(&sha);
-    match tokio::task::spawn_blocking(move || std::fs::read(path)).await {
-        Ok(Ok(data)) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    match tokio::fs::File::open(c.blobs.path(&sha)).await {
+        Ok(file) => {
+            let body = Body::from_stream(chunks(file));
+            ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response()
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// A file as a stream of 1 MB chunks.
+fn chunks(file: tokio::fs::File) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static {
+    futures::stream::unfold(file, |mut file| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 1 << 20];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(buf), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    })
 }
 
 async fn list(State(c): St) -> Json<Vec<ClusterJobView>> {
