@@ -351,10 +351,10 @@ impl Coordinator {
                 Some(id) if self.last_completed >= Some(id) => return Ok(Tick::StopSources),
                 Some(_) if self.in_flight.is_none() => return Ok(Tick::StopSources), // it failed
                 Some(_) => return Ok(Tick::Continue),
-                None if self.in_flight.is_some() => {
-                    self.final_checkpoint = self.in_flight.as_ref().map(|f| f.pending.id());
-                    return Ok(Tick::Continue);
-                }
+                // A checkpoint in flight cannot be the final one: its barrier may have left the
+                // sources before the end of their input, and the records after it would never
+                // be committed. Let it finish, then take the final checkpoint.
+                None if self.in_flight.is_some() => return Ok(Tick::Continue),
                 None => {
                     self.final_checkpoint = Some(self.next_id);
                     self.trigger(tasks, view);

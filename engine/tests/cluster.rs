@@ -325,6 +325,12 @@ fn a_killed_task_manager_is_recovered_from_and_the_output_equals_the_clean_run()
     assert!(cause.contains(&victim), "the failure names the lost task manager: {cause}");
     assert_ne!(done["task_managers"], running["task_managers"], "{done:#}");
     assert_equals_clean(&out, &format!("task manager {victim} killed"));
+    // The executors' counters reach the job manager's REST API (and UI): every published
+    // reading went through the readings sink of the last attempt.
+    let metrics = c.get("/api/v1/jobs/temperature/metrics").unwrap();
+    let sink =
+        metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "readings-sink").unwrap();
+    assert!(sink["records_in"].as_u64().unwrap() > 0, "{metrics:#}");
     // The CLI shows the same.
     let list = c.cli(&["list", "--jobmanager", &c.url()]);
     let text = String::from_utf8_lossy(&list.stdout).to_string();

@@ -8,7 +8,9 @@
 //! when it is cancelled, or (with `CAUDAL__EXECUTOR_WATCH_STDIN`) when its task manager
 //! dies. So a new attempt of the job never runs next to a zombie of the old one.
 
-use super::protocol::{Deployment, FromExecutor, Hello, Link, ToExecutor, HEARTBEAT_INTERVAL};
+use super::protocol::{
+    Deployment, FromExecutor, Hello, Link, SubtaskCounters, ToExecutor, HEARTBEAT_INTERVAL,
+};
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
 use crate::api::env::{JobResult, StreamEnv};
@@ -95,6 +97,7 @@ pub(crate) fn run(env: StreamEnv, job_name: &str, settings: ExecutorSettings) ->
         Err(e) => (Some(e.to_string()), e.is_retryable()),
     };
     if !matches!(outcome, Err(Error::Cancelled)) {
+        let _ = link.sender.send(&FromExecutor::Metrics { subtasks: local_counters(&env, &deployment) });
         let _ = link.sender.send(&FromExecutor::Finished { error, retryable });
     }
     outcome
@@ -216,6 +219,7 @@ fn run_deployed(
         if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
             last_sent = Instant::now();
             send(&FromExecutor::Heartbeat);
+            send(&FromExecutor::Metrics { subtasks: local_counters(env, deployment) });
         }
         if last_heard.elapsed() > timeout {
             lost(&format!("no word from the job manager for {timeout:?}"));
@@ -254,4 +258,27 @@ fn run_deployed(
 
 fn deployment_timeout_ms(d: &Deployment) -> u64 {
     d.heartbeat_timeout_ms.max(1000)
+}
+
+/// The counters of the subtasks this executor runs (subtask `i` runs in slot `i`).
+fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounters> {
+    let local = deployment.peers.get(deployment.executor_index as usize).map(|p| &p.slots);
+    let mut out = Vec::new();
+    for op in env.metrics.snapshot() {
+        for (i, s) in op.subtasks.iter().enumerate() {
+            if local.is_some_and(|slots| !slots.contains(&(i as u32))) {
+                continue;
+            }
+            out.push(SubtaskCounters {
+                operator: op.id,
+                subtask: i as u32,
+                records_in: s.records_in,
+                records_out: s.records_out,
+                watermark: s.watermark,
+                busy_ns: s.busy_ns,
+                backpressured_ns: s.backpressured_ns,
+            });
+        }
+    }
+    out
 }

@@ -129,10 +129,30 @@ pub(crate) enum FromExecutor {
     Finished { error: Option<String>, retryable: bool },
     /// Still alive.
     Heartbeat,
+    /// Counters of this executor's subtasks (every second), for the job manager's UI.
+    Metrics { subtasks: Vec<SubtaskCounters> },
+}
+
+/// The counters of one subtask of one operator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SubtaskCounters {
+    pub(crate) operator: u32,
+    pub(crate) subtask: u32,
+    pub(crate) records_in: u64,
+    pub(crate) records_out: u64,
+    pub(crate) watermark: i64,
+    pub(crate) busy_ns: u64,
+    pub(crate) backpressured_ns: u64,
 }
 
 /// Writes one frame.
 pub(crate) fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    write_frame_unflushed(w, msg)?;
+    w.flush()
+}
+
+/// Writes one frame into `w` without flushing it (batching writes into a `BufWriter`).
+pub(crate) fn write_frame_unflushed<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
     let body = bincode::serde::encode_to_vec(msg, bincode::config::standard())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
     let len = u32::try_from(body.len())
@@ -142,8 +162,7 @@ pub(crate) fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Resu
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&len.to_be_bytes());
     buf.extend_from_slice(&body);
-    w.write_all(&buf)?;
-    w.flush()
+    w.write_all(&buf)
 }
 
 /// Reads one frame; `UnexpectedEof` when the peer closed the connection.

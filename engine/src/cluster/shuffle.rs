@@ -15,7 +15,7 @@
 //!   manager then restarts the job from its latest checkpoint).
 
 use super::codec::BatchCodec;
-use super::protocol::{read_frame, write_frame, Peer};
+use super::protocol::{read_frame, write_frame, write_frame_unflushed, Peer};
 use crate::runtime::exchange::ChannelMessage;
 use crate::runtime::executor::JobControl;
 use crate::types::{CheckpointBarrier, StreamMessage, Timestamp};
@@ -24,6 +24,7 @@ use crossbeam_channel::{unbounded, Receiver, Select, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -244,7 +245,15 @@ fn send_loop(
             }
         }
         let credit_op = sel.recv(&credit_rx);
-        let Ok(op) = sel.select_timeout(Duration::from_millis(100)) else { continue };
+        // Frames are buffered while messages keep coming, flushed when none is ready.
+        let op = match sel.try_select() {
+            Ok(op) => op,
+            Err(_) => {
+                writer.flush().map_err(|e| Error::io("sending", e))?;
+                let Ok(op) = sel.select_timeout(Duration::from_millis(100)) else { continue };
+                op
+            }
+        };
         if op.index() == credit_op {
             match op.recv(&credit_rx) {
                 Ok((key, n)) => {
@@ -276,8 +285,9 @@ fn send_loop(
                 Wire::End { key: *key }
             }
         };
-        write_frame(&mut writer, &frame).map_err(|e| Error::io("sending", e))?;
+        write_frame_unflushed(&mut writer, &frame).map_err(|e| Error::io("sending", e))?;
     }
+    writer.flush().map_err(|e| Error::io("sending", e))?;
     // Every channel ended: tell the receiver (its reads end, then it drops the connection).
     let _ = writer.get_ref().shutdown(std::net::Shutdown::Write);
     Ok(())

@@ -346,6 +346,7 @@ impl Attempt<'_> {
                                         progressed: false,
                                     }
                                 }
+                                FromExecutor::Metrics { subtasks } => job.record_counters(&subtasks),
                                 FromExecutor::Heartbeat | FromExecutor::DataPort { .. } => {}
                             }
                         }

@@ -2,13 +2,14 @@
 //! manager resumes it), its plan, its view in the REST API and its run-time state.
 
 use crate::cluster::plan::PlanDocument;
+use crate::cluster::protocol::SubtaskCounters;
 use crate::job::{FailureRecord, JobStatus, JobView};
-use crate::metrics::MetricsRegistry;
+use crate::metrics::{MetricsRegistry, SubtaskMetrics};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// What the user submitted: enough to run the job again after a job manager restart.
@@ -103,18 +104,45 @@ pub(crate) struct ClusterJob {
     /// Set by `caudal cancel` (and the REST API's cancel).
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) state: Mutex<JobState>,
+    /// Per operator id, per subtask: the counters the executors report (the UI reads them).
+    counters: Vec<Vec<Arc<SubtaskMetrics>>>,
 }
 
 impl ClusterJob {
     pub(crate) fn new(spec: JobSpec, doc: PlanDocument) -> Self {
         let cancel = Arc::new(AtomicBool::new(false));
-        let view = Arc::new(JobView::new(
-            &spec.name,
-            doc.job_plan(),
-            Arc::new(MetricsRegistry::default()),
-            crate::StopHandle::from_flag(cancel.clone()),
-        ));
-        ClusterJob { spec: Mutex::new(spec), doc, view, cancel, state: Mutex::new(JobState::default()) }
+        let plan = doc.job_plan();
+        let metrics = Arc::new(MetricsRegistry::default());
+        let counters = plan
+            .operators
+            .iter()
+            .map(|o| metrics.register(o.id as u32, &o.name, o.kind, o.parallelism))
+            .collect();
+        let view =
+            Arc::new(JobView::new(&spec.name, plan, metrics, crate::StopHandle::from_flag(cancel.clone())));
+        ClusterJob {
+            spec: Mutex::new(spec),
+            doc,
+            view,
+            cancel,
+            state: Mutex::new(JobState::default()),
+            counters,
+        }
+    }
+
+    /// Copies an executor's report into the job's counters.
+    pub(crate) fn record_counters(&self, subtasks: &[SubtaskCounters]) {
+        for c in subtasks {
+            let Some(m) = self.counters.get(c.operator as usize).and_then(|o| o.get(c.subtask as usize))
+            else {
+                continue;
+            };
+            m.records_in.store(c.records_in, Ordering::Relaxed);
+            m.records_out.store(c.records_out, Ordering::Relaxed);
+            m.watermark.store(c.watermark, Ordering::Relaxed);
+            m.busy_ns.store(c.busy_ns, Ordering::Relaxed);
+            m.backpressured_ns.store(c.backpressured_ns, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn name(&self) -> String {
