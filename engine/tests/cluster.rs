@@ -394,6 +394,40 @@ fn an_executor_crashing_inside_a_checkpoint() {
     assert_equals_clean(&out, "executor crashed inside checkpoint 3");
 }
 
+/// `caudal stop` takes a final checkpoint and ends the job; `submit --restore latest`
+/// continues from it (here at another parallelism) to the clean run's output.
+#[test]
+fn a_stopped_job_resumes_from_its_final_checkpoint() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 2);
+    c.start_taskmanager("tm-2", 1);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let mut args = job_args(&out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into();
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let o = c.cli(&["stop", "temperature", "--wait", "--jobmanager", &c.url()]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success() && text.contains("resume with --restore latest"), "{text}{}", stderr(&o));
+    let partial = published(&out, "readings").len();
+    assert!(partial > 0 && partial < clean().1.len(), "stopped mid-run: {partial} readings published");
+    let o = Command::new(caudal())
+        .arg("submit")
+        .arg(temperature())
+        .args(["--jobmanager", &c.url(), "--parallelism", "3", "--restore", "latest", "--wait", "--"])
+        .args(job_args(&out))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "resume failed: {}{}", stderr(&o), c.logs());
+    assert_equals_clean(&out, "stopped, then resumed at parallelism 3");
+}
+
 #[test]
 fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
     clean();

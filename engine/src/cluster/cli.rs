@@ -1,4 +1,4 @@
-//! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `cancel`.
+//! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `stop`, `cancel`.
 
 use super::client::JobManagerClient;
 use super::jobmanager::submit::SubmitRequest;
@@ -100,7 +100,18 @@ enum Commands {
         #[arg(long, default_value = "http://127.0.0.1:8081")]
         jobmanager: String,
     },
-    /// Cancel a job.
+    /// Stop a job: take a final checkpoint, then end it (`submit --restore latest` resumes it).
+    Stop {
+        /// The job's name.
+        job: String,
+        /// Wait until it has stopped.
+        #[arg(long)]
+        wait: bool,
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+    },
+    /// Cancel a job (no final checkpoint).
     Cancel {
         /// The job's name.
         job: String,
@@ -208,6 +219,27 @@ fn run(command: Commands) -> Result<ExitCode> {
                 println!("{text}");
             } else {
                 print!("{}", table(&jobs));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Stop { job, wait, jobmanager } => {
+            let client = JobManagerClient::new(&jobmanager)?;
+            let view = client.stop(&job)?;
+            println!("stopping job `{}` (was {:?})", view.name, view.status);
+            if !wait {
+                return Ok(ExitCode::SUCCESS);
+            }
+            loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let Some(j) = client.jobs()?.into_iter().find(|j| j.name == job) else { break };
+                if matches!(j.status, JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled) {
+                    println!("job `{}` {:?}: {}", j.name, j.status, j.detail);
+                    return Ok(if j.status == JobStatus::Finished {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    });
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -88,6 +88,13 @@ impl JobManagerClient {
         )
     }
 
+    pub(crate) fn stop(&self, job: &str) -> Result<ClusterJobView> {
+        self.answer(
+            &format!("stop `{job}`"),
+            self.agent.post(format!("{}/api/v1/cluster/jobs/{job}/stop", self.base)).send_empty(),
+        )
+    }
+
     /// Uploads the binary at `path` (streamed) and returns its sha256.
     pub(crate) fn upload(&self, path: &std::path::Path) -> Result<String> {
         let sha = sha256_of_file(path)?;

@@ -118,8 +118,10 @@ struct Attempt<'a> {
 }
 
 impl Attempt<'_> {
+    /// Cancelled, or stopped before it runs (nothing to checkpoint yet).
     fn cancelled(&self) -> bool {
         self.job.cancel.load(Ordering::SeqCst)
+            || (self.job.stop.load(Ordering::SeqCst) && !self.execs.iter().all(|e| e.running))
     }
 
     /// An executor event: `Some(outcome)` when it ends the attempt.
@@ -401,7 +403,7 @@ impl Attempt<'_> {
                 job.set_detail(format!("running on task managers (slots): {}", names.join(", ")));
             }
             let at_end: usize = self.execs.iter().map(|e| e.sources_at_end).sum();
-            let stopping = total_sources > 0 && at_end >= total_sources;
+            let stopping = (total_sources > 0 && at_end >= total_sources) || job.stop.load(Ordering::SeqCst);
             if stopping && stop_since.is_none() {
                 stop_since = Some(Instant::now());
             }
@@ -421,7 +423,7 @@ impl Attempt<'_> {
             }
             if stop_now && !stop_sent {
                 stop_sent = true;
-                job.set_detail("input ended: final checkpoint taken, stopping");
+                job.set_detail("final checkpoint taken, stopping");
                 for e in &self.execs {
                     if let Err(o) = e.send(&ToExecutor::Stop) {
                         return o;

@@ -69,6 +69,16 @@ pub(crate) fn drive(cluster: Arc<Cluster>, job: Arc<ClusterJob>) {
             }
         };
         match attempt::run(&cluster, &job, restore) {
+            Outcome::Finished if job.stop.load(Ordering::SeqCst) => {
+                let last = job.state.lock().last_checkpoint;
+                let detail = match last {
+                    Some(n) => {
+                        format!("stopped after its final checkpoint {n}: resume with --restore latest")
+                    }
+                    None => "stopped (no checkpoint taken)".to_string(),
+                };
+                return finish(&cluster, &job, JobStatus::Finished, detail);
+            }
             Outcome::Finished => return finish(&cluster, &job, JobStatus::Finished, "finished".into()),
             Outcome::Canceled => return finish(&cluster, &job, JobStatus::Canceled, "canceled".into()),
             Outcome::Failed { cause, retryable, progressed } => {
@@ -104,7 +114,7 @@ pub(crate) fn drive(cluster: Arc<Cluster>, job: Arc<ClusterJob>) {
                         job.set_detail(format!("restarting in {wait:?} after: {cause}"));
                         let until = Instant::now() + wait;
                         while Instant::now() < until {
-                            if job.cancel.load(Ordering::SeqCst) {
+                            if job.cancel.load(Ordering::SeqCst) || job.stop.load(Ordering::SeqCst) {
                                 return finish(&cluster, &job, JobStatus::Canceled, "canceled".into());
                             }
                             std::thread::sleep(Duration::from_millis(20));

@@ -8,6 +8,7 @@
 //! | GET | `/api/v1/cluster/jobs` | every job: status, detail, attempts, failures |
 //! | POST | `/api/v1/cluster/jobs` | submit ([`SubmitRequest`]) |
 //! | POST | `/api/v1/cluster/jobs/{name}/cancel` | cancel |
+//! | POST | `/api/v1/cluster/jobs/{name}/stop` | final checkpoint, then stop (resumable) |
 
 use super::job::{is_final, ClusterJobView};
 use super::submit::{submit, Refused, SubmitRequest};
@@ -52,6 +53,7 @@ pub(crate) fn routes(cluster: Arc<Cluster>) -> Router {
         .route("/api/v1/cluster/blobs/{sha}", put(upload).get(download))
         .route("/api/v1/cluster/jobs", get(list).post(submit_job))
         .route("/api/v1/cluster/jobs/{name}/cancel", post(cancel))
+        .route("/api/v1/cluster/jobs/{name}/stop", post(stop))
         .layer(DefaultBodyLimit::disable())
         .with_state(cluster)
 }
@@ -154,5 +156,17 @@ async fn cancel(State(c): St, Path(name): Path<String>) -> Response {
         return error(StatusCode::CONFLICT, format!("job `{name}` has already ended ({status:?})"));
     }
     job.view.cancel();
+    (StatusCode::ACCEPTED, Json(job.summary())).into_response()
+}
+
+async fn stop(State(c): St, Path(name): Path<String>) -> Response {
+    let Some(job) = c.jobs.lock().get(&name).cloned() else {
+        return error(StatusCode::NOT_FOUND, format!("no job named `{name}`"));
+    };
+    let status = job.view.status();
+    if is_final(status) {
+        return error(StatusCode::CONFLICT, format!("job `{name}` has already ended ({status:?})"));
+    }
+    job.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     (StatusCode::ACCEPTED, Json(job.summary())).into_response()
 }

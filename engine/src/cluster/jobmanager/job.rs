@@ -103,6 +103,8 @@ pub(crate) struct ClusterJob {
     pub(crate) view: Arc<JobView>,
     /// Set by `caudal cancel` (and the REST API's cancel).
     pub(crate) cancel: Arc<AtomicBool>,
+    /// Set by `caudal stop`: take a final checkpoint, then end (resumable with `--restore latest`).
+    pub(crate) stop: AtomicBool,
     pub(crate) state: Mutex<JobState>,
     /// Per operator id, per subtask: the counters the executors report (the UI reads them).
     counters: Vec<Vec<Arc<SubtaskMetrics>>>,
@@ -125,6 +127,7 @@ impl ClusterJob {
             doc,
             view,
             cancel,
+            stop: AtomicBool::new(false),
             state: Mutex::new(JobState::default()),
             counters,
         }
