@@ -323,6 +323,11 @@ impl Attempt<'_> {
             if self.cancelled() {
                 return Outcome::Canceled;
             }
+            // Process deaths first: a lost task manager is the root cause of the data
+            // connection errors its peers report a moment later.
+            if let Some(o) = self.drain_events(Duration::ZERO) {
+                return o;
+            }
             for e in &mut self.execs {
                 let Some(link) = &e.link else { continue };
                 loop {
@@ -375,9 +380,6 @@ impl Attempt<'_> {
             }
             if self.execs.iter().all(|e| e.finished) {
                 return Outcome::Finished;
-            }
-            if let Some(o) = self.drain_events(Duration::ZERO) {
-                return o;
             }
             if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
                 last_sent = Instant::now();
