@@ -330,7 +330,7 @@ fn a_killed_task_manager_is_recovered_from_and_the_output_equals_the_clean_run()
     let metrics = c.get("/api/v1/jobs/temperature/metrics").unwrap();
     let sink =
         metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "readings-sink").unwrap();
-    assert!(sink["records_in"].as_u64().unwrap() > 0, "{metrics:#}");
+    assert!(sink["records_in"].as_u64().unwrap() > 0, "{sink:#} {done:#}{}", c.logs());
     // The CLI shows the same.
     let list = c.cli(&["list", "--jobmanager", &c.url()]);
     let text = String::from_utf8_lossy(&list.stdout).to_string();

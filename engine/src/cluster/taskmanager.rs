@@ -113,6 +113,9 @@ impl Drop for Executors {
     }
 }
 
+/// How [`describe`] reports an exit with code 0.
+pub(crate) const CLEAN_EXIT: &str = "exit code 0";
+
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {

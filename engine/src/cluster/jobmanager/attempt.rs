@@ -134,6 +134,12 @@ impl Attempt<'_> {
                 e.link = Some(link);
                 None
             }
+            // A clean exit follows the executor's `Finished`, which may still wait unread on
+            // its link (the task manager's report took another connection): the link decides.
+            ExecutorEvent::Exited(status) if status == super::super::taskmanager::CLEAN_EXIT => {
+                e.process_gone = true;
+                None
+            }
             ExecutorEvent::Exited(status) => {
                 e.process_gone = true;
                 (!e.finished).then(|| failed(format!("{name} exited ({status})")))
