@@ -349,12 +349,12 @@ fn coordinator_parts_store(
 }
 
 /// The job's local state directory (RocksDB working files), removed when the job ends.
-struct LocalStateDir(std::path::PathBuf);
+pub(crate) struct LocalStateDir(pub(crate) std::path::PathBuf);
 
 impl LocalStateDir {
     /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`. Directories
     /// left there by processes that no longer run (killed jobs) are removed first.
-    fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
+    pub(crate) fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let base =
             base.map_or_else(|| std::env::temp_dir().join("caudal-state"), std::path::Path::to_path_buf);

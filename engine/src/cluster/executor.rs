@@ -9,15 +9,18 @@
 //! dies. So a new attempt of the job never runs next to a zombie of the old one.
 
 use super::protocol::{
-    Deployment, FromExecutor, Hello, Link, SubtaskCounters, ToExecutor, HEARTBEAT_INTERVAL,
+    Deployment, FromExecutor, Hello, Link, SubtaskCounters, ToExecutor, WireAckStats, HEARTBEAT_INTERVAL,
 };
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
+use crate::api::env::LocalStateDir;
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
 use crate::coordinator::{load_restore, open_store, restored_state};
-use crate::runtime::executor::{build_tasks_placed, compile, spawn, RestoredState};
+use crate::runtime::executor::{build_tasks_placed, compile, spawn, JobStateEnv, RestoredState};
+use crate::runtime::task::CheckpointAck;
 use crate::runtime::task::TaskCommand;
+use crate::runtime::upload::Uploader;
 use crate::{Error, Result};
 use crossbeam_channel::TryRecvError;
 use std::net::{TcpListener, TcpStream};
@@ -131,7 +134,8 @@ fn run_deployed(
     let started = Instant::now();
     let graph = env.graph.borrow();
     let compiled = compile(&graph, config, job_name)?;
-    let restored = if config.checkpoints.restore.is_some() {
+    let checkpointing = config.checkpoints.interval.is_some() || config.checkpoints.restore.is_some();
+    let (storage, restored) = if checkpointing {
         let (store, paths) = open_store(&config.checkpoints, job_name)?;
         let meta = load_restore(&config.checkpoints, store.as_ref(), &paths, job_name)?;
         let restored = meta.as_ref().map(restored_state).unwrap_or_default();
@@ -139,18 +143,36 @@ fn run_deployed(
             eprintln!("caudal: restoring job `{job_name}` from checkpoint {}", m.checkpoint_id.label());
             crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
         }
-        restored
+        (Some((store, paths)), restored)
     } else {
-        RestoredState::default()
+        (None, RestoredState::default())
     };
+    // Keyed state backends, as in embedded mode (local working files, uploads to storage).
+    let state = JobStateEnv {
+        config: config.state.clone(),
+        dir: LocalStateDir::create(config.state_dir.as_deref(), job_name)?,
+        paths: storage
+            .as_ref()
+            .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
+        store: storage.as_ref().map(|(s, _)| s.clone()),
+    };
+    let _state_dir = LocalStateDir(state.dir.clone());
     // Subtasks of other executors' slots are built there; channels to them cross the network.
     let me = deployment.executor_index;
     let mut remote = match deployment.peers.get(me as usize) {
         Some(p) if deployment.peers.len() > 1 => Some(RemoteChannels::new(p.slots.iter().copied())),
         _ => None,
     };
-    let tasks =
-        build_tasks_placed(&graph, &compiled, config, job_name, &env.metrics, &restored, remote.as_mut())?;
+    let tasks = build_tasks_placed(
+        &graph,
+        &compiled,
+        config,
+        job_name,
+        &env.metrics,
+        &restored,
+        &state,
+        remote.as_mut(),
+    )?;
     drop(graph);
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
     let control = env.control.clone();
@@ -159,7 +181,11 @@ fn run_deployed(
         let capacity = (config.channel_capacity / config.batch_size).max(1);
         senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control)?;
     }
-    let handles = spawn(tasks, &control, Some(ack_tx))?;
+    let uploader = match state.store.clone().filter(|_| config.checkpoints.interval.is_some()) {
+        Some(store) => Some(Uploader::start(store)?),
+        None => None,
+    };
+    let handles = spawn(tasks, &control, Some(ack_tx), uploader.as_ref().and_then(Uploader::queue))?;
     let sources = handles.iter().filter(|h| h.is_source).count();
     let send = |m: &FromExecutor| {
         if let Err(e) = link.sender.send(m) {
@@ -201,11 +227,7 @@ fn run_deployed(
             }
         }
         while let Ok(ack) = ack_rx.try_recv() {
-            send(&FromExecutor::Ack {
-                checkpoint: ack.checkpoint,
-                subtask: ack.subtask,
-                snapshots: ack.snapshots,
-            });
+            send(&wire_ack(ack));
         }
         let finished = handles.iter().filter(|h| h.thread.is_finished()).count();
         let now = (control.sources_at_end.load(Ordering::SeqCst), finished);
@@ -246,6 +268,9 @@ fn run_deployed(
     for h in handles {
         let _ = h.thread.join();
     }
+    if let Some(u) = uploader {
+        u.finish();
+    }
     // What the tasks sent to other executors must be on the wire before this process ends.
     for s in senders {
         let _ = s.join();
@@ -253,7 +278,13 @@ fn run_deployed(
     if let Some(e) = control.failure.lock().take() {
         return Err(e);
     }
-    Ok(JobResult { operators: env.metrics.snapshot(), elapsed: started.elapsed(), last_checkpoint: None })
+    Ok(JobResult {
+        operators: env.metrics.snapshot(),
+        elapsed: started.elapsed(),
+        last_checkpoint: None, // the job manager knows
+        checkpoints: Vec::new(),
+        savepoint: None,
+    })
 }
 
 fn deployment_timeout_ms(d: &Deployment) -> u64 {
@@ -281,4 +312,19 @@ fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounte
         }
     }
     out
+}
+
+/// A task's ack as it travels to the job manager (snapshots as metadata JSON).
+fn wire_ack(ack: CheckpointAck) -> FromExecutor {
+    let snapshots = ack.snapshots.and_then(|list| {
+        list.into_iter()
+            .map(|(uid, s)| serde_json::to_vec(&s).map(|json| (uid, json)).map_err(|e| e.to_string()))
+            .collect::<std::result::Result<Vec<_>, String>>()
+    });
+    FromExecutor::Ack {
+        checkpoint: ack.checkpoint,
+        subtask: ack.subtask,
+        snapshots,
+        stats: WireAckStats::of(&ack.stats),
+    }
 }

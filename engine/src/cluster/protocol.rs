@@ -121,8 +121,14 @@ pub(crate) enum FromExecutor {
     DataPort { addr: String },
     /// The subtasks run.
     Running { tasks: usize, sources: usize },
-    /// A subtask acknowledged a checkpoint with its snapshots `(operator uid, snapshot)`.
-    Ack { checkpoint: CheckpointId, subtask: u32, snapshots: Vec<(String, Option<Vec<u8>>)> },
+    /// A subtask acknowledged a checkpoint with its snapshots `(operator uid, snapshot as the
+    /// JSON of the checkpoint metadata)`, or declined it (an upload failed).
+    Ack {
+        checkpoint: CheckpointId,
+        subtask: u32,
+        snapshots: Result<Vec<(String, Vec<u8>)>, String>,
+        stats: WireAckStats,
+    },
     /// Source subtasks at the end of their input, and tasks that have ended.
     Progress { sources_at_end: usize, tasks_finished: usize },
     /// Every subtask ended; `error` says why when they did not end well.
@@ -131,6 +137,35 @@ pub(crate) enum FromExecutor {
     Heartbeat,
     /// Counters of this executor's subtasks (every second), for the job manager's UI.
     Metrics { subtasks: Vec<SubtaskCounters> },
+}
+
+/// What a subtask's snapshot cost (`runtime::task::AckStats` on the wire).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub(crate) struct WireAckStats {
+    pub(crate) sync_us: u64,
+    pub(crate) upload_us: u64,
+    pub(crate) uploaded_bytes: u64,
+    pub(crate) state_bytes: u64,
+}
+
+impl WireAckStats {
+    pub(crate) fn of(s: &crate::runtime::task::AckStats) -> Self {
+        WireAckStats {
+            sync_us: s.sync.as_micros() as u64,
+            upload_us: s.upload.as_micros() as u64,
+            uploaded_bytes: s.uploaded_bytes,
+            state_bytes: s.state_bytes,
+        }
+    }
+
+    pub(crate) fn stats(&self) -> crate::runtime::task::AckStats {
+        crate::runtime::task::AckStats {
+            sync: Duration::from_micros(self.sync_us),
+            upload: Duration::from_micros(self.upload_us),
+            uploaded_bytes: self.uploaded_bytes,
+            state_bytes: self.state_bytes,
+        }
+    }
 }
 
 /// The counters of one subtask of one operator.
@@ -251,14 +286,15 @@ mod tests {
         let msg = FromExecutor::Ack {
             checkpoint: CheckpointId(7),
             subtask: 2,
-            snapshots: vec![("0-src".into(), Some(vec![1, 2, 3])), ("1-map".into(), None)],
+            snapshots: Ok(vec![("0-src".into(), vec![1, 2, 3]), ("1-map".into(), Vec::new())]),
+            stats: WireAckStats::default(),
         };
         write_frame(&mut buf, &msg).unwrap();
         write_frame(&mut buf, &FromExecutor::Heartbeat).unwrap();
         let mut r = &buf[..];
         match read_frame::<FromExecutor>(&mut r).unwrap() {
-            FromExecutor::Ack { checkpoint, subtask, snapshots } => {
-                assert_eq!((checkpoint, subtask, snapshots.len()), (CheckpointId(7), 2, 2));
+            FromExecutor::Ack { checkpoint, subtask, snapshots, .. } => {
+                assert_eq!((checkpoint, subtask, snapshots.unwrap().len()), (CheckpointId(7), 2, 2));
             }
             other => panic!("{other:?}"),
         }

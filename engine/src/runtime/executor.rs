@@ -170,11 +170,12 @@ pub(crate) fn build_tasks(
     restored: &RestoredState,
     state: &JobStateEnv,
 ) -> Result<Vec<PhysicalTask>> {
-    build_tasks_placed(graph, compiled, config, job, metrics, restored, None)
+    build_tasks_placed(graph, compiled, config, job, metrics, restored, state, None)
 }
 
 /// Like [`build_tasks`]; with `remote` (cluster mode) only the subtasks of this process's
 /// slots, and the channels that cross processes handed to `remote` (see `cluster::shuffle`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_tasks_placed(
     graph: &GraphBuilder,
     compiled: &Compiled,
@@ -182,6 +183,7 @@ pub(crate) fn build_tasks_placed(
     job: &str,
     metrics: &MetricsRegistry,
     restored: &RestoredState,
+    state: &JobStateEnv,
     mut remote: Option<&mut crate::cluster::shuffle::RemoteChannels>,
 ) -> Result<Vec<PhysicalTask>> {
     let p = &compiled.parallelism;

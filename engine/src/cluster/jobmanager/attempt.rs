@@ -342,8 +342,19 @@ impl Attempt<'_> {
                             e.last_heard = Instant::now();
                             match msg {
                                 FromExecutor::Running { .. } => e.running = true,
-                                FromExecutor::Ack { checkpoint, subtask, snapshots } => {
-                                    let _ = ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots });
+                                FromExecutor::Ack { checkpoint, subtask, snapshots, stats } => {
+                                    let snapshots = snapshots.and_then(|list| {
+                                        list.into_iter()
+                                            .map(|(uid, json)| {
+                                                serde_json::from_slice(&json)
+                                                    .map(|s| (uid, s))
+                                                    .map_err(|e| format!("undecodable snapshot: {e}"))
+                                            })
+                                            .collect::<Result<Vec<_>, String>>()
+                                    });
+                                    let stats = stats.stats();
+                                    let _ =
+                                        ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots, stats });
                                 }
                                 FromExecutor::Progress { sources_at_end, tasks_finished } => {
                                     e.sources_at_end = sources_at_end;
