@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Caudal cluster: run a job manager and task managers, submit job binaries to them.
 #[derive(Debug, Parser)]
-#[command(name = "caudal", version, about, long_about = None)]
+#[command(name = "caudal", version, about = "Caudal cluster: run a job manager and task managers, submit job binaries to them", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Commands,
