@@ -351,9 +351,9 @@ impl Coordinator {
                 Some(id) if self.last_completed >= Some(id) => return Ok(Tick::StopSources),
                 Some(_) if self.in_flight.is_none() => return Ok(Tick::StopSources), // it failed
                 Some(_) => return Ok(Tick::Continue),
-                // A checkpoint triggered before the stop does not cover what the sources
-                // read after its barrier (at the end of a bounded input: the rest of it):
-                // let it finish, then take the final one.
+                // A checkpoint in flight cannot be the final one: its barrier may have left the
+                // sources before the end of their input, and the records after it would never
+                // be committed. Let it finish, then take the final checkpoint.
                 None if self.in_flight.is_some() => return Ok(Tick::Continue),
                 None => {
                     self.final_checkpoint = Some(self.next_id);

@@ -65,6 +65,10 @@ pub enum Error {
     /// Any other operator error, with its message.
     #[error("{0}")]
     Operator(String),
+    /// Cluster mode: the job manager, a task manager or an executor refused or failed
+    /// (bad binary, too few slots, unreachable job manager, lost connection).
+    #[error("{0}")]
+    Cluster(String),
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,

@@ -92,6 +92,8 @@ pub(crate) struct Edge {
     pub(crate) from: NodeId,
     pub(crate) kind: EdgeKind,
     pub(crate) make_output: OutputFactory,
+    /// Serializes the edge's batches when its ends run in different processes (cluster mode).
+    pub(crate) codec: crate::cluster::codec::BatchCodec,
 }
 
 pub(crate) struct Node {

@@ -3,11 +3,11 @@
 use crate::graph::JobPlan;
 use crate::metrics::MetricsRegistry;
 use parking_lot::RwLock;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The lifecycle of a job (Flink's states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobStatus {
     /// Built, not yet running.
@@ -27,7 +27,7 @@ pub enum JobStatus {
 }
 
 /// A failure of the job, kept in its history.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FailureRecord {
     /// When, ms since the epoch.
     pub at_ms: i64,

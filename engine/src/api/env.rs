@@ -37,11 +37,12 @@ pub type ProgressFn = Box<dyn Fn(&[OperatorSnapshot], Duration) + Send>;
 /// assert_eq!(got, vec![4, 16, 36, 64, 100]);
 /// ```
 pub struct StreamEnv {
-    graph: Graph,
-    config: JobConfig,
-    metrics: Arc<MetricsRegistry>,
-    control: JobControl,
-    progress: Option<ProgressFn>,
+    // pub(crate): cluster mode's executor (crate::cluster::executor) runs the same graph.
+    pub(crate) graph: Graph,
+    pub(crate) config: JobConfig,
+    pub(crate) metrics: Arc<MetricsRegistry>,
+    pub(crate) control: JobControl,
+    pub(crate) progress: Option<ProgressFn>,
 }
 
 impl std::fmt::Debug for StreamEnv {
@@ -64,6 +65,11 @@ impl StopHandle {
     /// Ask the job to stop.
     pub fn stop(&self) {
         self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// A handle that sets `flag` (the job manager watches it for its cluster jobs).
+    pub(crate) fn from_flag(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        StopHandle(flag)
     }
 }
 
@@ -177,7 +183,27 @@ impl StreamEnv {
     /// With checkpointing on (`config.checkpoints.interval`), a stop (Ctrl-C, SIGTERM,
     /// [`StopHandle::stop`]) first takes a final checkpoint, so that what the sinks
     /// published is exactly what a restore continues from.
+    ///
+    /// Under a cluster (see [`crate::cluster`]) the same call answers the job manager
+    /// instead: with `--caudal-plan` / `CAUDAL__PRINT_PLAN=1` it prints the plan as JSON and
+    /// exits; with `CAUDAL__EXECUTOR` set it runs the subtasks the job manager deploys.
     pub fn execute(self, job_name: &str) -> Result<JobResult> {
+        match crate::cluster::role::ClusterRole::from_env()? {
+            crate::cluster::role::ClusterRole::Embedded => {}
+            crate::cluster::role::ClusterRole::PrintPlan { parallelism } => {
+                let mut config = self.config.clone();
+                if let Some(p) = parallelism {
+                    config.parallelism = p;
+                }
+                config.validate()?;
+                let plan = compile(&self.graph.borrow(), &config, job_name)?.plan;
+                println!("{}", crate::cluster::plan::document(&plan, &config)?);
+                std::process::exit(0);
+            }
+            crate::cluster::role::ClusterRole::Executor(settings) => {
+                return crate::cluster::executor::run(self, job_name, settings);
+            }
+        }
         self.config.validate()?;
         if let Some((point, id)) = &self.config.crash_at {
             crate::crash::install(point, *id);
@@ -323,12 +349,12 @@ fn coordinator_parts_store(
 }
 
 /// The job's local state directory (RocksDB working files), removed when the job ends.
-struct LocalStateDir(std::path::PathBuf);
+pub(crate) struct LocalStateDir(pub(crate) std::path::PathBuf);
 
 impl LocalStateDir {
     /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`. Directories
     /// left there by processes that no longer run (killed jobs) are removed first.
-    fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
+    pub(crate) fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let base =
             base.map_or_else(|| std::env::temp_dir().join("caudal-state"), std::path::Path::to_path_buf);

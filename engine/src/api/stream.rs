@@ -48,7 +48,12 @@ impl<T: Data> DataStream<T> {
     }
 
     fn edge(&self, kind: EdgeKind, router: Option<KeyRouter<T>>) -> Edge {
-        Edge { from: self.node, kind, make_output: output_factory::<T>(router) }
+        Edge {
+            from: self.node,
+            kind,
+            make_output: output_factory::<T>(router),
+            codec: crate::cluster::codec::BatchCodec::of::<T>(),
+        }
     }
 
     /// Name this operator (shown in the plan, metrics, errors and the UI).

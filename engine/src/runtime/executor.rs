@@ -170,6 +170,22 @@ pub(crate) fn build_tasks(
     restored: &RestoredState,
     state: &JobStateEnv,
 ) -> Result<Vec<PhysicalTask>> {
+    build_tasks_placed(graph, compiled, config, job, metrics, restored, state, None)
+}
+
+/// Like [`build_tasks`]; with `remote` (cluster mode) only the subtasks of this process's
+/// slots, and the channels that cross processes handed to `remote` (see `cluster::shuffle`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_tasks_placed(
+    graph: &GraphBuilder,
+    compiled: &Compiled,
+    config: &JobConfig,
+    job: &str,
+    metrics: &MetricsRegistry,
+    restored: &RestoredState,
+    state: &JobStateEnv,
+    mut remote: Option<&mut crate::cluster::shuffle::RemoteChannels>,
+) -> Result<Vec<PhysicalTask>> {
     let p = &compiled.parallelism;
     let node_metrics: Vec<Vec<Arc<SubtaskMetrics>>> = graph
         .nodes
@@ -195,6 +211,9 @@ pub(crate) fn build_tasks(
                 let targets: Vec<u32> = if m == PartitionMode::Forward { vec![i] } else { (0..pv).collect() };
                 for j in targets {
                     let (tx, rx) = bounded(capacity);
+                    if let Some(r) = remote.as_deref_mut() {
+                        r.register(crate::cluster::shuffle::ChannelKey::new(v, k, i, j), &tx, &rx, e.codec);
+                    }
                     out.push(tx);
                     receivers[v][j as usize].push(rx);
                 }
@@ -217,6 +236,9 @@ pub(crate) fn build_tasks(
     let mut tasks = Vec::new();
     for &h in &compiled.heads {
         for i in 0..p[h] {
+            if remote.as_deref().is_some_and(|r| !r.is_local(i)) {
+                continue; // another process runs this subtask
+            }
             let name = graph.nodes[h].name.clone();
             let runnable = match &graph.nodes[h].kind {
                 NodeKind::Source(factory) => {

@@ -32,6 +32,16 @@ impl WebServer {
     ///
     /// Fails with a configuration error naming `web_bind` when the address cannot be bound.
     pub fn start(bind: SocketAddr, registry: Arc<JobRegistry>) -> Result<WebServer> {
+        Self::start_with(bind, registry, axum::Router::new())
+    }
+
+    /// Like [`WebServer::start`], also serving `extra` routes (the job manager's own
+    /// endpoints under `/api/v1/cluster`).
+    pub(crate) fn start_with(
+        bind: SocketAddr,
+        registry: Arc<JobRegistry>,
+        extra: axum::Router,
+    ) -> Result<WebServer> {
         let listener = std::net::TcpListener::bind(bind)
             .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
         listener.set_nonblocking(true).map_err(|e| Error::io("web server: configuring the listener", e))?;
@@ -47,7 +57,7 @@ impl WebServer {
                 .map_err(|e| Error::io("web server: registering the listener", e))?
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let app = api::router(registry.clone());
+        let app = api::router(registry.clone()).merge(extra);
         let sampled = registry.clone();
         let thread = std::thread::Builder::new()
             .name("caudal-web".into())

@@ -288,6 +288,10 @@ struct Args {
     /// Run without the web UI and REST API.
     #[arg(long)]
     no_ui: bool,
+    /// Print the plan as JSON and exit (the engine answers it in `execute`; `caudal submit`
+    /// asks every job binary this).
+    #[arg(long = "caudal-plan", hide = true)]
+    _caudal_plan: bool,
 }
 
 fn non_negative(s: &str) -> Result<f64, String> {

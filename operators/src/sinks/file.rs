@@ -134,16 +134,23 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
                 keep.insert(p.pending);
             }
         }
-        if ctx.subtask == 0 {
-            // Everything else in progress belongs to epochs after the restored checkpoint
-            // or to crashed attempts: the restored job writes those records again.
-            let entries = std::fs::read_dir(self.in_progress())
-                .map_err(io(format!("listing {}", self.dir.display())))?;
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().to_string();
-                if !keep.contains(&name) && !name.contains(attempt()) {
-                    let _ = std::fs::remove_file(entry.path());
-                }
+        // Everything else in progress belongs to epochs after the restored checkpoint or to
+        // crashed attempts: the restored job writes those records again. Each subtask removes
+        // only its own files (subtask 0 also those of subtasks beyond the new parallelism): in
+        // cluster mode the other subtasks run in other processes and may be writing already.
+        let owner = |name: &str| -> Option<u32> {
+            name.strip_prefix("part-")?.split(['-', '.']).next()?.parse().ok()
+        };
+        let entries =
+            std::fs::read_dir(self.in_progress()).map_err(io(format!("listing {}", self.dir.display())))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let mine = match owner(&name) {
+                Some(s) => s == ctx.subtask || (ctx.subtask == 0 && s >= ctx.parallelism),
+                None => ctx.subtask == 0,
+            };
+            if mine && !keep.contains(&name) && !name.contains(attempt()) {
+                let _ = std::fs::remove_file(entry.path());
             }
         }
         Ok(())

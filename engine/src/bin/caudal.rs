@@ -1,0 +1,5 @@
+//! The `caudal` command: job manager, task manager and the client commands (see `caudal --help`).
+
+fn main() -> std::process::ExitCode {
+    caudal::cluster::cli::main()
+}

@@ -1,0 +1,283 @@
+//! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `stop`, `cancel`.
+
+use super::client::JobManagerClient;
+use super::jobmanager::submit::SubmitRequest;
+use super::jobmanager::{ClusterJobView, JobManager, JobManagerConfig, RestartStrategy};
+use super::taskmanager::{self, TaskManagerConfig};
+use crate::job::JobStatus;
+use crate::{Error, Result};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Caudal cluster: run a job manager and task managers, submit job binaries to them.
+#[derive(Debug, Parser)]
+#[command(name = "caudal", version, about = "Caudal cluster: run a job manager and task managers, submit job binaries to them", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Debug, Subcommand)]
+enum Commands {
+    /// Run the job manager: REST API and web UI, control port, checkpoint coordinator.
+    Jobmanager {
+        /// Address of the REST API and web UI (and of binary uploads).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        bind: SocketAddr,
+        /// Address of the control port task managers and executors connect to.
+        #[arg(long, default_value = "127.0.0.1:6123")]
+        rpc_bind: SocketAddr,
+        /// Checkpoint storage of every job: a directory, file:///path or s3://bucket/prefix
+        /// (shared storage when task managers run on several hosts).
+        #[arg(long, default_value = "data/checkpoints")]
+        checkpoint_dir: String,
+        /// Job binaries and job records (a restarted job manager resumes the jobs recorded here).
+        #[arg(long, default_value = "data/jobmanager")]
+        data_dir: PathBuf,
+        /// A task manager or executor silent this long is declared failed.
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
+        heartbeat_timeout_ms: u64,
+        /// Restarts allowed within --restart-window-secs; one more failure fails the job.
+        #[arg(long, default_value_t = 10)]
+        max_restarts: u32,
+        /// The window of --max-restarts.
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+        restart_window_secs: u64,
+        /// Wait before the first restart; doubles after each failure.
+        #[arg(long, default_value_t = 500)]
+        restart_backoff_ms: u64,
+        /// The longest wait between restarts.
+        #[arg(long, default_value_t = 30_000)]
+        restart_backoff_max_ms: u64,
+    },
+    /// Run a task manager: offer slots to the job manager, run executors.
+    Taskmanager {
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+        /// Slots offered (subtasks of one job's operators share a slot).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        slots: u32,
+        /// Name, unique in the cluster (default: host-pid).
+        #[arg(long)]
+        name: Option<String>,
+        /// Where fetched job binaries are cached.
+        #[arg(long, default_value = "data/taskmanager")]
+        data_dir: PathBuf,
+        /// The job manager silent this long is lost (executors are killed, registration retried).
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
+        heartbeat_timeout_ms: u64,
+    },
+    /// Upload a job binary and run it on the cluster.
+    Submit {
+        /// The job binary (a program that builds a graph and calls env.execute).
+        binary: PathBuf,
+        /// Default parallelism of the job's operators.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        parallelism: Option<u32>,
+        /// Start from `latest` (the job's latest completed checkpoint) or a checkpoint directory.
+        #[arg(long)]
+        restore: Option<String>,
+        /// Wait until the job ends; exit 1 unless it FINISHED.
+        #[arg(long)]
+        wait: bool,
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+        /// Arguments of the job binary (after `--`).
+        #[arg(last = true)]
+        job_args: Vec<String>,
+    },
+    /// List the jobs with their status and failures.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+    },
+    /// Stop a job: take a final checkpoint, then end it (`submit --restore latest` resumes it).
+    Stop {
+        /// The job's name.
+        job: String,
+        /// Wait until it has stopped.
+        #[arg(long)]
+        wait: bool,
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+    },
+    /// Cancel a job (no final checkpoint).
+    Cancel {
+        /// The job's name.
+        job: String,
+        /// The job manager's HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+    },
+}
+
+/// Entry point of the `caudal` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("caudal: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Commands) -> Result<ExitCode> {
+    match command {
+        Commands::Jobmanager {
+            bind,
+            rpc_bind,
+            checkpoint_dir,
+            data_dir,
+            heartbeat_timeout_ms,
+            max_restarts,
+            restart_window_secs,
+            restart_backoff_ms,
+            restart_backoff_max_ms,
+        } => {
+            let jm = JobManager::start(JobManagerConfig {
+                http_bind: bind,
+                rpc_bind,
+                checkpoint_url: checkpoint_dir,
+                data_dir,
+                heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                restart: RestartStrategy {
+                    initial_backoff: Duration::from_millis(restart_backoff_ms),
+                    max_backoff: Duration::from_millis(restart_backoff_max_ms.max(restart_backoff_ms)),
+                    max_restarts,
+                    window: Duration::from_secs(restart_window_secs),
+                },
+            })?;
+            eprintln!(
+                "caudal jobmanager: REST API and web UI at {}, control port {}",
+                jm.http_url(),
+                jm.rpc_addr()
+            );
+            jm.wait();
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Taskmanager { jobmanager, slots, name, data_dir, heartbeat_timeout_ms } => {
+            let mut config = TaskManagerConfig {
+                jobmanager,
+                slots,
+                data_dir,
+                heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                ..TaskManagerConfig::default()
+            };
+            if let Some(n) = name {
+                config.name = n;
+            }
+            taskmanager::run(config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Submit { binary, parallelism, restore, wait, jobmanager, job_args } => {
+            let client = JobManagerClient::new(&jobmanager)?;
+            let sha = client.upload(&binary)?;
+            let view =
+                client.submit(&SubmitRequest { binary_sha256: sha, args: job_args, parallelism, restore })?;
+            println!("submitted job `{}` ({} slots): {}", view.name, view.slots, view.detail);
+            if !wait {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut last = String::new();
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let jobs = client.jobs()?;
+                let Some(job) = jobs.into_iter().find(|j| j.name == view.name) else {
+                    return Err(Error::Cluster(format!(
+                        "job `{}` disappeared from the job manager",
+                        view.name
+                    )));
+                };
+                let line = format!("{:?}: {}", job.status, job.detail);
+                if line != last {
+                    eprintln!("{}: {line}", job.name);
+                    last = line;
+                }
+                match job.status {
+                    JobStatus::Finished => return Ok(ExitCode::SUCCESS),
+                    JobStatus::Failed | JobStatus::Canceled => return Ok(ExitCode::FAILURE),
+                    _ => {}
+                }
+            }
+        }
+        Commands::List { json, jobmanager } => {
+            let jobs = JobManagerClient::new(&jobmanager)?.jobs()?;
+            if json {
+                let text = serde_json::to_string_pretty(&jobs).map_err(|e| Error::Cluster(e.to_string()))?;
+                println!("{text}");
+            } else {
+                print!("{}", table(&jobs));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Stop { job, wait, jobmanager } => {
+            let client = JobManagerClient::new(&jobmanager)?;
+            let view = client.stop(&job)?;
+            println!("stopping job `{}` (was {:?})", view.name, view.status);
+            if !wait {
+                return Ok(ExitCode::SUCCESS);
+            }
+            loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let Some(j) = client.jobs()?.into_iter().find(|j| j.name == job) else { break };
+                if matches!(j.status, JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled) {
+                    println!("job `{}` {:?}: {}", j.name, j.status, j.detail);
+                    return Ok(if j.status == JobStatus::Finished {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    });
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Cancel { job, jobmanager } => {
+            let view = JobManagerClient::new(&jobmanager)?.cancel(&job)?;
+            println!("cancelling job `{}` (was {:?})", view.name, view.status);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The jobs as a table, each followed by its failures.
+fn table(jobs: &[ClusterJobView]) -> String {
+    if jobs.is_empty() {
+        return "no jobs\n".into();
+    }
+    let mut out = format!(
+        "{:<20} {:<11} {:>7} {:>8} {:>10} {:<16} {}\n",
+        "JOB", "STATUS", "ATTEMPT", "RESTARTS", "CHECKPOINT", "TASK MANAGERS", "DETAIL"
+    );
+    for j in jobs {
+        let status = serde_json::to_value(j.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<20} {:<11} {:>7} {:>8} {:>10} {:<16} {}\n",
+            j.name,
+            status,
+            j.attempt,
+            j.restarts,
+            j.last_checkpoint.map_or("-".into(), |c| c.to_string()),
+            if j.task_managers.is_empty() { "-".into() } else { j.task_managers.join(",") },
+            j.detail
+        ));
+        for f in &j.failures {
+            out.push_str(&format!("    failure at {} ms: {}\n", f.at_ms, f.cause));
+        }
+    }
+    out
+}

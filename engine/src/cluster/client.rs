@@ -1,0 +1,144 @@
+//! A client of the job manager's HTTP API: what `caudal submit|list|cancel` and task
+//! managers use. Every failure names the job manager's URL and what to do.
+
+use super::blob::{sha256_of_file, BlobStore};
+use super::jobmanager::http::ClusterInfo;
+use super::jobmanager::submit::SubmitRequest;
+use super::jobmanager::ClusterJobView;
+use crate::{Error, Result};
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// The job manager at `base` (`http://host:port`).
+#[derive(Debug, Clone)]
+pub(crate) struct JobManagerClient {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl JobManagerClient {
+    pub(crate) fn new(url: &str) -> Result<Self> {
+        let base = url.trim().trim_end_matches('/').to_string();
+        if !base.starts_with("http://") {
+            return Err(Error::config("--jobmanager", format!("expected http://HOST:PORT, got `{url}`")));
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        Ok(JobManagerClient { base, agent })
+    }
+
+    /// `host` of the base URL (task managers connect to its control port there).
+    pub(crate) fn host(&self) -> &str {
+        let rest = self.base.trim_start_matches("http://");
+        let authority = rest.split('/').next().unwrap_or(rest);
+        match authority.rsplit_once(':') {
+            Some((h, _)) => h,
+            None => authority,
+        }
+    }
+
+    fn unreachable(&self, e: ureq::Error) -> Error {
+        Error::Cluster(format!(
+            "cannot reach the job manager at {}: {e} (is `caudal jobmanager` running there? set --jobmanager URL)",
+            self.base
+        ))
+    }
+
+    fn answer<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        r: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T> {
+        let mut r = r.map_err(|e| self.unreachable(e))?;
+        let status = r.status().as_u16();
+        let body = r
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .map_err(|e| Error::Cluster(format!("{what}: reading the answer of {}: {e}", self.base)))?;
+        if !(200..300).contains(&status) {
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).to_string());
+            return Err(Error::Cluster(format!("{what}: {message}")));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| Error::Cluster(format!("{what}: unexpected answer from {} ({e})", self.base)))
+    }
+
+    pub(crate) fn info(&self) -> Result<ClusterInfo> {
+        self.answer("cluster info", self.agent.get(format!("{}/api/v1/cluster", self.base)).call())
+    }
+
+    pub(crate) fn jobs(&self) -> Result<Vec<ClusterJobView>> {
+        self.answer("list", self.agent.get(format!("{}/api/v1/cluster/jobs", self.base)).call())
+    }
+
+    pub(crate) fn cancel(&self, job: &str) -> Result<ClusterJobView> {
+        self.answer(
+            &format!("cancel `{job}`"),
+            self.agent.post(format!("{}/api/v1/cluster/jobs/{job}/cancel", self.base)).send_empty(),
+        )
+    }
+
+    pub(crate) fn stop(&self, job: &str) -> Result<ClusterJobView> {
+        self.answer(
+            &format!("stop `{job}`"),
+            self.agent.post(format!("{}/api/v1/cluster/jobs/{job}/stop", self.base)).send_empty(),
+        )
+    }
+
+    /// Uploads the binary at `path` (streamed) and returns its sha256.
+    pub(crate) fn upload(&self, path: &std::path::Path) -> Result<String> {
+        let sha = sha256_of_file(path)?;
+        let url = format!("{}/api/v1/cluster/blobs/{sha}", self.base);
+        if self.agent.head(&url).call().map_err(|e| self.unreachable(e))?.status() == 200 {
+            return Ok(sha); // content-addressed: the job manager has it already
+        }
+        let file =
+            std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let _: serde_json::Value = self.answer(
+            "upload",
+            self.agent
+                .put(format!("{}/api/v1/cluster/blobs/{sha}", self.base))
+                .content_type("application/octet-stream")
+                .send(file),
+        )?;
+        Ok(sha)
+    }
+
+    pub(crate) fn submit(&self, req: &SubmitRequest) -> Result<ClusterJobView> {
+        self.answer("submit", self.agent.post(format!("{}/api/v1/cluster/jobs", self.base)).send_json(req))
+    }
+
+    /// Downloads binary `sha` into `blobs` (streamed, hash checked).
+    pub(crate) fn download(&self, sha: &str, blobs: &BlobStore) -> Result<()> {
+        let r = self
+            .agent
+            .get(format!("{}/api/v1/cluster/blobs/{sha}", self.base))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if r.status() != 200 {
+            return Err(Error::Cluster(format!("downloading binary {sha}: HTTP {}", r.status())));
+        }
+        let mut reader = r.into_body().into_with_config().limit(u64::MAX).reader();
+        let mut writer = blobs.writer(sha)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = std::io::Read::read(&mut reader, &mut buf)
+                .map_err(|e| Error::Cluster(format!("downloading binary {sha}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            writer.write(&buf[..n])?;
+        }
+        writer.finish().map(|_| ())
+    }
+}

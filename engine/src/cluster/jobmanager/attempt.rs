@@ -1,0 +1,516 @@
+//! One attempt of a job: reserve slots (spread over task managers), start one executor
+//! per task manager used, tell every executor its slots and its peers' data addresses,
+//! then run the checkpoint coordinator against the executors until the job finishes, is
+//! cancelled or fails — and always make sure every executor is gone before returning.
+//!
+//! The coordinator is the embedded one (`crate::coordinator`): it drives "tasks" through
+//! their command channels. Here one proxy task stands for each executor: what the
+//! coordinator sends it is forwarded over that executor's control connection, and its
+//! thread ends when the executor reports a finished task (so no checkpoint is triggered
+//! after that). Acks from every executor go to the one coordinator.
+
+use super::taskmanagers::ExecutorEvent;
+use super::Cluster;
+use crate::cluster::jobmanager::job::ClusterJob;
+use crate::cluster::protocol::{
+    Deployment, FromExecutor, Link, Peer, Sender as LinkSender, ToExecutor, ToTaskManager, HEARTBEAT_INTERVAL,
+};
+use crate::coordinator::{open_store, Coordinator, Tick};
+use crate::job::JobStatus;
+use crate::runtime::executor::RunningTask;
+use crate::runtime::task::{CheckpointAck, TaskCommand};
+use crate::types::CheckpointId;
+use crossbeam_channel::{unbounded, Receiver, Sender, TryRecvError};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long task managers may take to fetch the binary and start the executors.
+const EXECUTOR_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long executors may take to build their subtasks (restoring state included).
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Finished,
+    Canceled,
+    Failed {
+        cause: String,
+        /// False for errors a restart cannot fix (bad configuration, corrupt checkpoint).
+        retryable: bool,
+        /// The attempt completed a checkpoint (the backoff starts over).
+        progressed: bool,
+    },
+}
+
+fn failed(cause: impl Into<String>) -> Outcome {
+    Outcome::Failed { cause: cause.into(), retryable: true, progressed: false }
+}
+
+/// One executor of the attempt.
+struct Exec {
+    id: String,
+    tm: String,
+    tm_sender: LinkSender,
+    slots: Vec<u32>,
+    link: Option<Link<FromExecutor>>,
+    data_addr: Option<String>,
+    link_closed: bool,
+    process_gone: bool,
+    running: bool,
+    finished: bool,
+    sources_at_end: usize,
+    last_heard: Instant,
+    /// Dropped when the executor reports a finished task: ends its proxy's thread.
+    done: Option<Sender<()>>,
+    commands: Option<Receiver<TaskCommand>>,
+}
+
+impl Exec {
+    fn name(&self) -> String {
+        format!("executor {} on task manager {}", self.id, self.tm)
+    }
+
+    fn send(&self, msg: &ToExecutor) -> Result<(), Outcome> {
+        match &self.link {
+            Some(l) => l.sender.send(msg).map_err(|e| failed(format!("{}: cannot send: {e}", self.name()))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs one attempt that restores `restore` (a checkpoint directory), or starts fresh.
+pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) -> Outcome {
+    let attempt = {
+        let mut s = job.state.lock();
+        s.attempt += 1;
+        s.task_managers.clear();
+        s.attempt
+    };
+    let (tx, events) = unbounded();
+    let mut a = Attempt {
+        cluster,
+        job,
+        prefix: format!("{}.{}.{attempt}", job.name(), cluster.epoch),
+        route: tx,
+        events,
+        execs: Vec::new(),
+        restored: None,
+        last_completed: None,
+    };
+    let mut outcome = a.run(restore);
+    if let Outcome::Failed { progressed, .. } = &mut outcome {
+        *progressed = a.last_completed > a.restored;
+    }
+    a.cleanup(&outcome);
+    outcome
+}
+
+struct Attempt<'a> {
+    cluster: &'a Cluster,
+    job: &'a ClusterJob,
+    prefix: String,
+    route: Sender<(String, ExecutorEvent)>,
+    events: Receiver<(String, ExecutorEvent)>,
+    execs: Vec<Exec>,
+    restored: Option<CheckpointId>,
+    last_completed: Option<CheckpointId>,
+}
+
+impl Attempt<'_> {
+    /// Cancelled, or stopped before it runs (nothing to checkpoint yet).
+    fn cancelled(&self) -> bool {
+        self.job.cancel.load(Ordering::SeqCst)
+            || (self.job.stop.load(Ordering::SeqCst) && !self.execs.iter().all(|e| e.running))
+    }
+
+    /// An executor event: `Some(outcome)` when it ends the attempt.
+    fn on_event(&mut self, id: &str, event: ExecutorEvent) -> Option<Outcome> {
+        let e = self.execs.iter_mut().find(|e| e.id == id)?;
+        let name = e.name();
+        match event {
+            ExecutorEvent::Connected(link) => {
+                e.last_heard = Instant::now();
+                e.link = Some(link);
+                None
+            }
+            // A clean exit follows the executor's `Finished`, which may still wait unread on
+            // its link (the task manager's report took another connection): the link decides.
+            ExecutorEvent::Exited(status) if status == super::super::taskmanager::CLEAN_EXIT => {
+                e.process_gone = true;
+                None
+            }
+            ExecutorEvent::Exited(status) => {
+                e.process_gone = true;
+                (!e.finished).then(|| failed(format!("{name} exited ({status})")))
+            }
+            ExecutorEvent::StartFailed(err) => {
+                e.process_gone = true;
+                Some(failed(format!("{name} could not be started: {err}")))
+            }
+            ExecutorEvent::TaskManagerLost(cause) => {
+                e.process_gone = true;
+                (!e.finished).then_some(failed(cause))
+            }
+        }
+    }
+
+    fn drain_events(&mut self, wait: Duration) -> Option<Outcome> {
+        let first = match self.events.recv_timeout(wait) {
+            Ok(ev) => ev,
+            Err(_) => return None,
+        };
+        let mut pending = vec![first];
+        while let Ok(ev) = self.events.try_recv() {
+            pending.push(ev);
+        }
+        let mut outcome = None;
+        for (id, ev) in pending {
+            if let Some(o) = self.on_event(&id, ev) {
+                outcome.get_or_insert(o);
+            }
+        }
+        outcome
+    }
+
+    fn run(&mut self, restore: Option<String>) -> Outcome {
+        let job = self.job;
+        let needed = job.doc.slots_needed();
+        let placed = loop {
+            if self.cancelled() {
+                return Outcome::Canceled;
+            }
+            let prefix = self.prefix.clone();
+            if let Some(p) = self.cluster.tms.allocate(needed, |i| format!("{prefix}.{i}")) {
+                break p;
+            }
+            let (free, total, _, n) = self.cluster.tms.capacity();
+            job.set_detail(format!(
+                "waiting for {needed} free slots ({free} of {total} slots free in {n} task managers)"
+            ));
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        for p in placed {
+            self.cluster.tms.add_route(&p.executor_id, self.route.clone());
+            self.execs.push(Exec {
+                id: p.executor_id,
+                tm: p.task_manager,
+                tm_sender: p.sender,
+                slots: p.slots,
+                link: None,
+                data_addr: None,
+                link_closed: false,
+                process_gone: false,
+                running: false,
+                finished: false,
+                sources_at_end: 0,
+                last_heard: Instant::now(),
+                done: None,
+                commands: None,
+            });
+        }
+        job.state.lock().task_managers = self.execs.iter().map(|e| e.tm.clone()).collect();
+        job.set_detail(format!("starting {} executors", self.execs.len()));
+        let spec = job.spec.lock().clone();
+        for e in &mut self.execs {
+            let start = ToTaskManager::StartExecutor {
+                executor_id: e.id.clone(),
+                binary_sha256: spec.binary_sha256.clone(),
+                args: spec.args.clone(),
+                env: Vec::new(),
+            };
+            if let Err(err) = e.tm_sender.send(&start) {
+                e.process_gone = true;
+                return failed(format!("cannot reach task manager {}: {err}", e.tm));
+            }
+        }
+        // Every executor connects and says where its data port is.
+        let started = Instant::now();
+        while self.execs.iter().any(|e| e.data_addr.is_none()) {
+            if self.cancelled() {
+                return Outcome::Canceled;
+            }
+            if let Some(o) = self.drain_events(Duration::from_millis(20)) {
+                return o;
+            }
+            for e in &mut self.execs {
+                let Some(link) = &e.link else { continue };
+                match link.incoming.try_recv() {
+                    Ok(Ok(FromExecutor::DataPort { addr })) => e.data_addr = Some(addr),
+                    Ok(Ok(other)) => {
+                        return failed(format!("{}: expected its data port, got {other:?}", e.name()))
+                    }
+                    Ok(Err(reason)) => {
+                        e.link_closed = true;
+                        return failed(format!("{}: control connection lost ({reason})", e.name()));
+                    }
+                    Err(_) => {}
+                }
+            }
+            if started.elapsed() > EXECUTOR_START_TIMEOUT {
+                return failed(format!(
+                    "the executors did not all connect within {EXECUTOR_START_TIMEOUT:?}"
+                ));
+            }
+        }
+        self.restored = restore
+            .as_deref()
+            .and_then(|r| r.rsplit('/').next())
+            .and_then(caudal_checkpoints::CheckpointPaths::parse_checkpoint_dir);
+        self.last_completed = self.restored;
+        let peers: Vec<Peer> = self
+            .execs
+            .iter()
+            .map(|e| Peer { slots: e.slots.clone(), addr: e.data_addr.clone().unwrap_or_default() })
+            .collect();
+        for (i, e) in self.execs.iter().enumerate() {
+            let deployment = Deployment {
+                parallelism: spec.parallelism,
+                checkpoint_url: self.cluster.config.checkpoint_url.clone(),
+                restore: restore.clone(),
+                heartbeat_timeout_ms: self.cluster.config.heartbeat_timeout.as_millis() as u64,
+                executor_index: i as u32,
+                peers: peers.clone(),
+            };
+            if let Err(o) = e.send(&ToExecutor::Deploy(deployment)) {
+                return o;
+            }
+        }
+        self.run_deployed()
+    }
+
+    fn run_deployed(&mut self) -> Outcome {
+        let job = self.job;
+        let name = job.name();
+        let checkpoints = job.doc.checkpoint_config(&self.cluster.config.checkpoint_url);
+        let (ack_tx, ack_rx) = unbounded();
+        let mut coordinator = if checkpoints.interval.is_some() {
+            let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
+                Coordinator::new(
+                    store,
+                    paths,
+                    checkpoints.clone(),
+                    &name,
+                    &job.view.plan,
+                    ack_rx,
+                    self.restored,
+                )
+            });
+            match built {
+                Ok(c) => Some(c),
+                Err(e) => return failed(format!("checkpoint coordinator: {e}")),
+            }
+        } else {
+            None
+        };
+        // The proxy tasks of the executors (see the module doc).
+        let mut proxies = Vec::new();
+        for e in &mut self.execs {
+            let (cmd_tx, cmd_rx) = unbounded::<TaskCommand>();
+            let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+            let thread =
+                match std::thread::Builder::new().name("caudal-executor-proxy".into()).spawn(move || {
+                    let _ = done_rx.recv();
+                }) {
+                    Ok(t) => t,
+                    Err(err) => return failed(format!("spawning an executor proxy: {err}")),
+                };
+            e.done = Some(done_tx);
+            e.commands = Some(cmd_rx);
+            proxies.push(RunningTask { is_source: true, commands: cmd_tx, thread });
+        }
+        let timeout = self.cluster.config.heartbeat_timeout;
+        let total_sources = job.doc.source_subtasks();
+        let deployed = Instant::now();
+        let mut last_sent = Instant::now();
+        let mut stop_sent = false;
+        let mut stop_since: Option<Instant> = None;
+        loop {
+            if self.cancelled() {
+                return Outcome::Canceled;
+            }
+            // Process deaths first: a lost task manager is the root cause of the data
+            // connection errors its peers report a moment later.
+            if let Some(o) = self.drain_events(Duration::ZERO) {
+                return o;
+            }
+            for e in &mut self.execs {
+                let Some(link) = &e.link else { continue };
+                loop {
+                    match link.incoming.try_recv() {
+                        Ok(Ok(msg)) => {
+                            e.last_heard = Instant::now();
+                            match msg {
+                                FromExecutor::Running { .. } => e.running = true,
+                                FromExecutor::Ack { checkpoint, subtask, snapshots, stats } => {
+                                    let snapshots = snapshots.and_then(|list| {
+                                        list.into_iter()
+                                            .map(|(uid, json)| {
+                                                serde_json::from_slice(&json)
+                                                    .map(|s| (uid, s))
+                                                    .map_err(|e| format!("undecodable snapshot: {e}"))
+                                            })
+                                            .collect::<Result<Vec<_>, String>>()
+                                    });
+                                    let stats = stats.stats();
+                                    let _ =
+                                        ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots, stats });
+                                }
+                                FromExecutor::Progress { sources_at_end, tasks_finished } => {
+                                    e.sources_at_end = sources_at_end;
+                                    if tasks_finished > 0 {
+                                        drop(e.done.take());
+                                    }
+                                }
+                                FromExecutor::Finished { error: None, .. } => e.finished = true,
+                                FromExecutor::Finished { error: Some(err), retryable } => {
+                                    return Outcome::Failed {
+                                        cause: format!("{}: {err}", e.name()),
+                                        retryable,
+                                        progressed: false,
+                                    }
+                                }
+                                FromExecutor::Metrics { subtasks } => job.record_counters(&subtasks),
+                                FromExecutor::Heartbeat | FromExecutor::DataPort { .. } => {}
+                            }
+                        }
+                        Ok(Err(reason)) => {
+                            e.link_closed = true;
+                            if e.finished {
+                                break;
+                            }
+                            return failed(format!("{}: control connection lost ({reason})", e.name()));
+                        }
+                        Err(TryRecvError::Disconnected) => {
+                            e.link_closed = true;
+                            if e.finished {
+                                break;
+                            }
+                            return failed(format!("{}: control connection lost", e.name()));
+                        }
+                        Err(TryRecvError::Empty) => break,
+                    }
+                }
+                if !e.finished && e.last_heard.elapsed() > timeout {
+                    return failed(format!("{} missed its heartbeats for {timeout:?}", e.name()));
+                }
+            }
+            if self.execs.iter().all(|e| e.finished) {
+                return Outcome::Finished;
+            }
+            if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
+                last_sent = Instant::now();
+                for e in self.execs.iter().filter(|e| !e.finished) {
+                    if let Err(o) = e.send(&ToExecutor::Heartbeat) {
+                        return o;
+                    }
+                }
+            }
+            if !self.execs.iter().all(|e| e.running) {
+                if deployed.elapsed() > DEPLOY_TIMEOUT {
+                    return failed(format!(
+                        "the executors did not start their subtasks within {DEPLOY_TIMEOUT:?}"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            if job.view.status() != JobStatus::Running {
+                job.view.set_status(JobStatus::Running);
+                let names: Vec<String> =
+                    self.execs.iter().map(|e| format!("{} {:?}", e.tm, e.slots)).collect();
+                job.set_detail(format!("running on task managers (slots): {}", names.join(", ")));
+            }
+            let at_end: usize = self.execs.iter().map(|e| e.sources_at_end).sum();
+            let stopping = (total_sources > 0 && at_end >= total_sources) || job.stop.load(Ordering::SeqCst);
+            if stopping && stop_since.is_none() {
+                stop_since = Some(Instant::now());
+            }
+            let mut stop_now = stopping && coordinator.is_none();
+            if let Some(c) = coordinator.as_mut() {
+                match c.tick(&proxies, &job.view, stopping) {
+                    Ok(tick) => {
+                        let overdue = stop_since.is_some_and(|t| t.elapsed() > c.stop_timeout());
+                        stop_now = tick == Tick::StopSources || overdue;
+                    }
+                    Err(err) => return failed(format!("checkpoint coordinator: {err}")),
+                }
+                if c.last_completed != self.last_completed {
+                    self.last_completed = c.last_completed;
+                    job.state.lock().last_checkpoint = c.last_completed.map(|i| i.0);
+                }
+            }
+            if stop_now && !stop_sent {
+                stop_sent = true;
+                job.set_detail("final checkpoint taken, stopping");
+                for e in &self.execs {
+                    if let Err(o) = e.send(&ToExecutor::Stop) {
+                        return o;
+                    }
+                }
+            }
+            for e in &self.execs {
+                let Some(commands) = &e.commands else { continue };
+                while let Ok(cmd) = commands.try_recv() {
+                    let msg = match cmd {
+                        TaskCommand::TriggerCheckpoint(b) => ToExecutor::TriggerCheckpoint(b),
+                        TaskCommand::CheckpointComplete(id) => ToExecutor::CheckpointComplete(id),
+                    };
+                    if e.finished {
+                        continue;
+                    }
+                    if let Err(o) = e.send(&msg) {
+                        return o;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Makes sure every executor is gone: cancel it, ask its task manager to kill it, wait
+    /// (at most the heartbeat timeout) until its connection closed and its process ended.
+    fn cleanup(&mut self, outcome: &Outcome) {
+        for e in &mut self.execs {
+            if !e.finished || *outcome != Outcome::Finished {
+                let _ = e.send(&ToExecutor::Cancel);
+                let _ = e.tm_sender.send(&ToTaskManager::StopExecutor { executor_id: e.id.clone() });
+            }
+            if e.link.is_none() {
+                e.link_closed = true;
+            }
+        }
+        let deadline = Instant::now() + self.cluster.config.heartbeat_timeout;
+        while self.execs.iter().any(|e| !(e.link_closed && e.process_gone)) && Instant::now() < deadline {
+            for e in &mut self.execs {
+                if let Some(link) = &e.link {
+                    loop {
+                        match link.incoming.try_recv() {
+                            Ok(Err(_)) | Err(TryRecvError::Disconnected) => {
+                                e.link_closed = true;
+                                break;
+                            }
+                            Ok(Ok(_)) => {}
+                            Err(TryRecvError::Empty) => break,
+                        }
+                    }
+                }
+            }
+            let _ = self.drain_events(Duration::from_millis(10));
+        }
+        for e in &self.execs {
+            if !(e.link_closed && e.process_gone) {
+                eprintln!(
+                    "caudal jobmanager: {} did not confirm its end within {:?}",
+                    e.name(),
+                    self.cluster.config.heartbeat_timeout
+                );
+            }
+            if let Some(link) = &e.link {
+                link.sender.close();
+            }
+            self.cluster.tms.release(&e.id);
+            self.cluster.tms.remove_route(&e.id);
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The job manager (`caudal jobmanager`): accepts job binaries, schedules them onto task
+//! manager slots, coordinates their checkpoints and restarts them after failures.
+//!
+//! Two ports: HTTP ([`JobManagerConfig::http_bind`], REST API + web UI, binary upload) and
+//! the control port ([`JobManagerConfig::rpc_bind`], framed TCP for task managers and
+//! executors, see `cluster::protocol`). Job binaries are kept content-addressed under
+//! `<data-dir>/blobs/`, submitted jobs under `<data-dir>/jobs/`: a restarted job manager
+//! resumes every job that had not ended, from its latest completed checkpoint.
+//!
+//! ```no_run
+//! use caudal::cluster::jobmanager::{JobManager, JobManagerConfig};
+//! let jm = JobManager::start(JobManagerConfig::default()).unwrap();
+//! println!("REST API and UI at {}", jm.http_url());
+//! jm.wait(); // serves until the process ends
+//! ```
+
+mod attempt;
+mod driver;
+pub(crate) mod http;
+pub(crate) mod job;
+pub mod restart;
+pub(crate) mod submit;
+pub(crate) mod taskmanagers;
+
+pub use job::ClusterJobView;
+pub use restart::RestartStrategy;
+pub use taskmanagers::TaskManagerView;
+
+use self::job::{ClusterJob, JobRecords};
+use self::taskmanagers::{ExecutorEvent, TaskManagers};
+use super::blob::BlobStore;
+use super::protocol::{read_frame, FromTaskManager, Hello, Link, ToTaskManager, HEARTBEAT_INTERVAL};
+use crate::web::{JobRegistry, WebServer};
+use crate::{Error, Result};
+use crossbeam_channel::RecvTimeoutError;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Settings of a job manager (flags of `caudal jobmanager`).
+#[derive(Debug, Clone)]
+pub struct JobManagerConfig {
+    /// REST API, web UI and binary upload (`--bind`, default 127.0.0.1:8081).
+    pub http_bind: SocketAddr,
+    /// Control port for task managers and executors (`--rpc-bind`, default 127.0.0.1:6123).
+    pub rpc_bind: SocketAddr,
+    /// Checkpoint storage of every job: a directory, `file:///path` or `s3://bucket/prefix`
+    /// (`--checkpoint-dir`). Task managers on other hosts need shared storage.
+    pub checkpoint_url: String,
+    /// Binaries and job records (`--data-dir`, default `data/jobmanager`).
+    pub data_dir: PathBuf,
+    /// A task manager or executor silent this long is declared failed (`--heartbeat-timeout-ms`).
+    pub heartbeat_timeout: Duration,
+    /// Restarts after failures.
+    pub restart: RestartStrategy,
+}
+
+impl Default for JobManagerConfig {
+    fn default() -> Self {
+        JobManagerConfig {
+            http_bind: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            rpc_bind: SocketAddr::from(([127, 0, 0, 1], 6123)),
+            checkpoint_url: "data/checkpoints".into(),
+            data_dir: PathBuf::from("data/jobmanager"),
+            heartbeat_timeout: Duration::from_secs(5),
+            restart: RestartStrategy::default(),
+        }
+    }
+}
+
+/// A relative checkpoint directory made absolute: executors run in other directories.
+fn absolute_storage_url(url: &str) -> Result<String> {
+    if url.contains("://") || url.starts_with('/') {
+        return Ok(url.to_string());
+    }
+    let cwd = std::env::current_dir().map_err(|e| Error::io("reading the current directory", e))?;
+    Ok(cwd.join(url).display().to_string())
+}
+
+/// The job manager's shared state.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    pub(crate) config: JobManagerConfig,
+    /// This job manager's start time: part of executor ids, so ids never repeat.
+    pub(crate) epoch: i64,
+    pub(crate) rpc_addr: SocketAddr,
+    pub(crate) tms: TaskManagers,
+    pub(crate) jobs: Mutex<BTreeMap<String, Arc<ClusterJob>>>,
+    pub(crate) blobs: BlobStore,
+    pub(crate) records: JobRecords,
+    pub(crate) registry: Arc<JobRegistry>,
+}
+
+impl Cluster {
+    /// Starts the driver thread of `job`.
+    pub(crate) fn launch(self: &Arc<Self>, job: Arc<ClusterJob>) -> Result<()> {
+        self.registry.register(job.view.clone());
+        self.jobs.lock().insert(job.name(), job.clone());
+        let cluster = self.clone();
+        std::thread::Builder::new()
+            .name(format!("caudal-job-{}", job.name()))
+            .spawn(move || driver::drive(cluster, job))
+            .map_err(|e| Error::io("spawning a job driver", e))?;
+        Ok(())
+    }
+}
+
+/// A running job manager.
+#[derive(Debug)]
+pub struct JobManager {
+    cluster: Arc<Cluster>,
+    web: WebServer,
+}
+
+impl JobManager {
+    /// Binds both ports, resumes the jobs a previous run left unfinished, and serves.
+    pub fn start(config: JobManagerConfig) -> Result<JobManager> {
+        let mut config = config;
+        config.checkpoint_url = absolute_storage_url(&config.checkpoint_url)?;
+        // Fail now, naming the setting, rather than at the first checkpoint.
+        caudal_checkpoints::CheckpointStorageConfig {
+            url: config.checkpoint_url.clone(),
+            ..Default::default()
+        }
+        .build()
+        .map_err(|e| Error::config("--checkpoint-dir", format!("{}: {e}", config.checkpoint_url)))?;
+        let listener = TcpListener::bind(config.rpc_bind)
+            .map_err(|e| Error::config("--rpc-bind", format!("cannot listen on {}: {e}", config.rpc_bind)))?;
+        let rpc_addr = listener.local_addr().map_err(|e| Error::io("reading the control address", e))?;
+        let registry = Arc::new(JobRegistry::new());
+        let cluster = Arc::new(Cluster {
+            epoch: crate::job::now_ms(),
+            rpc_addr,
+            tms: TaskManagers::default(),
+            jobs: Mutex::new(BTreeMap::new()),
+            blobs: BlobStore::open(&config.data_dir.join("blobs"))?,
+            records: JobRecords::open(&config.data_dir)?,
+            registry: registry.clone(),
+            config,
+        });
+        let web = WebServer::start_with(cluster.config.http_bind, registry, http::routes(cluster.clone()))?;
+        let accepting = cluster.clone();
+        std::thread::Builder::new()
+            .name("caudal-accept".into())
+            .spawn(move || accept_loop(accepting, listener))
+            .map_err(|e| Error::io("spawning the control port's acceptor", e))?;
+        submit::resume_jobs(&cluster);
+        Ok(JobManager { cluster, web })
+    }
+
+    /// `http://<address>` of the REST API and UI.
+    pub fn http_url(&self) -> String {
+        self.web.url()
+    }
+
+    /// The control port's address.
+    pub fn rpc_addr(&self) -> SocketAddr {
+        self.cluster.rpc_addr
+    }
+
+    /// Serve until the process ends.
+    pub fn wait(self) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+fn accept_loop(cluster: Arc<Cluster>, listener: TcpListener) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(s) => {
+                let cluster = cluster.clone();
+                let _ = std::thread::Builder::new().name("caudal-hello".into()).spawn(move || {
+                    if let Err(e) = on_connection(&cluster, s) {
+                        eprintln!("caudal jobmanager: control connection refused: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                eprintln!("caudal jobmanager: accepting a control connection: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn on_connection(cluster: &Arc<Cluster>, mut stream: TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let hello: Hello = read_frame(&mut stream)?;
+    stream.set_read_timeout(None)?;
+    match hello {
+        Hello::Executor { executor_id } => {
+            let link = Link::start(stream, &executor_id)?;
+            let sender = link.sender.clone();
+            if !cluster.tms.route(&executor_id, ExecutorEvent::Connected(link)) {
+                eprintln!(
+                    "caudal jobmanager: executor {executor_id} belongs to no current attempt: closing it"
+                );
+                sender.close();
+            }
+            Ok(())
+        }
+        Hello::TaskManager { name, slots, location } => {
+            let link: Link<FromTaskManager> = Link::start(stream, &name)?;
+            serve_task_manager(cluster, link, &name, slots, &location);
+            Ok(())
+        }
+    }
+}
+
+/// Registers a task manager and follows it until it is lost.
+fn serve_task_manager(
+    cluster: &Cluster,
+    link: Link<FromTaskManager>,
+    name: &str,
+    slots: u32,
+    location: &str,
+) {
+    if let Err(reason) = cluster.tms.register(name, slots, location, link.sender.clone()) {
+        let _ = link.sender.send(&ToTaskManager::Refused { reason });
+        link.sender.close();
+        return;
+    }
+    if link.sender.send(&ToTaskManager::Welcome).is_err() {
+        cluster.tms.remove(name, &format!("task manager {name} ({location}) lost during registration"));
+        return;
+    }
+    eprintln!(
+        "caudal jobmanager: task manager {name} registered from {location} ({}) with {slots} slots",
+        link.peer
+    );
+    let timeout = cluster.config.heartbeat_timeout;
+    let (mut last_heard, mut last_sent) = (Instant::now(), Instant::now());
+    let reason = loop {
+        match link.incoming.recv_timeout(Duration::from_millis(50)) {
+            Ok(Ok(msg)) => {
+                last_heard = Instant::now();
+                cluster.tms.touch(name);
+                match msg {
+                    FromTaskManager::Heartbeat => {}
+                    FromTaskManager::ExecutorExited { executor_id, status } => {
+                        cluster.tms.release(&executor_id);
+                        cluster.tms.route(&executor_id, ExecutorEvent::Exited(status));
+                    }
+                    FromTaskManager::ExecutorFailedToStart { executor_id, error } => {
+                        cluster.tms.release(&executor_id);
+                        cluster.tms.route(&executor_id, ExecutorEvent::StartFailed(error));
+                    }
+                }
+            }
+            Ok(Err(reason)) => break reason,
+            Err(RecvTimeoutError::Disconnected) => break "connection closed".to_string(),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if last_heard.elapsed() > timeout {
+            break format!("no heartbeat for {timeout:?}");
+        }
+        if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
+            last_sent = Instant::now();
+            if let Err(e) = link.sender.send(&ToTaskManager::Heartbeat) {
+                break format!("cannot send to it: {e}");
+            }
+        }
+    };
+    link.sender.close();
+    let cause = format!("task manager {name} ({location}) lost: {reason}");
+    eprintln!("caudal jobmanager: {cause}");
+    cluster.tms.remove(name, &cause);
+}

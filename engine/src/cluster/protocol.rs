@@ -1,0 +1,312 @@
+//! The control protocol between the job manager, task managers and executors: one TCP
+//! connection each, carrying length-prefixed `bincode` frames (`u32` big-endian length,
+//! then the message). The first frame names the peer ([`Hello`]); both sides send a
+//! heartbeat every [`HEARTBEAT_INTERVAL`], so a silent peer is noticed by its timeout and a
+//! dead one by the closed connection.
+
+use crate::types::{CheckpointBarrier, CheckpointId};
+use crossbeam_channel::{unbounded, Receiver};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often every peer sends a heartbeat.
+pub(crate) const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The largest frame accepted (a checkpoint ack carries operator snapshots).
+pub(crate) const MAX_FRAME: usize = 512 * 1024 * 1024;
+
+/// The first frame on a connection to the job manager's control port.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum Hello {
+    /// A task manager offering `slots`.
+    TaskManager {
+        /// Its name (unique in the cluster).
+        name: String,
+        /// Slots it offers.
+        slots: u32,
+        /// Its host and process id, for display.
+        location: String,
+    },
+    /// An executor started by a task manager for the job manager.
+    Executor {
+        /// The id the job manager gave it.
+        executor_id: String,
+    },
+}
+
+/// Job manager → task manager.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum ToTaskManager {
+    /// Registration accepted.
+    Welcome,
+    /// Registration refused (for example: the name is taken).
+    Refused { reason: String },
+    /// Start the job binary `binary_sha256` as executor `executor_id`.
+    StartExecutor {
+        executor_id: String,
+        binary_sha256: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// Kill executor `executor_id`.
+    StopExecutor { executor_id: String },
+    /// Still alive.
+    Heartbeat,
+}
+
+/// Task manager → job manager.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum FromTaskManager {
+    /// Still alive.
+    Heartbeat,
+    /// The executor process ended (`status` as the OS reports it).
+    ExecutorExited { executor_id: String, status: String },
+    /// The executor could not be started (binary download or spawn failed).
+    ExecutorFailedToStart { executor_id: String, error: String },
+}
+
+/// What an executor is to run: the job manager's decisions that override the job's config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Deployment {
+    /// Default parallelism of the job's operators (`None`: the job's own).
+    pub(crate) parallelism: Option<u32>,
+    /// The cluster's checkpoint storage URL.
+    pub(crate) checkpoint_url: String,
+    /// Restore from this checkpoint directory (relative to the job's checkpoint root).
+    pub(crate) restore: Option<String>,
+    /// The executor exits when the job manager is silent this long.
+    pub(crate) heartbeat_timeout_ms: u64,
+    /// This executor's index in `peers`.
+    pub(crate) executor_index: u32,
+    /// Every executor of the attempt: its slots and data address. Subtask `i` of every
+    /// task runs in slot `i`.
+    pub(crate) peers: Vec<Peer>,
+}
+
+/// An executor of an attempt, as its peers see it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Peer {
+    /// Its slots (= the subtask indices it runs).
+    pub(crate) slots: Vec<u32>,
+    /// Its data address (`host:port`) for the shuffle between processes.
+    pub(crate) addr: String,
+}
+
+/// Job manager → executor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum ToExecutor {
+    /// Build and start the subtasks.
+    Deploy(Deployment),
+    /// Inject checkpoint barrier at the sources.
+    TriggerCheckpoint(CheckpointBarrier),
+    /// Checkpoint complete: sinks commit.
+    CheckpointComplete(CheckpointId),
+    /// Sources end their streams (after the final checkpoint).
+    Stop,
+    /// Cancel everything and exit.
+    Cancel,
+    /// Still alive.
+    Heartbeat,
+}
+
+/// Executor → job manager.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum FromExecutor {
+    /// Sent right after the hello: where peers send this executor data.
+    DataPort { addr: String },
+    /// The subtasks run.
+    Running { tasks: usize, sources: usize },
+    /// A subtask acknowledged a checkpoint with its snapshots `(operator uid, snapshot as the
+    /// JSON of the checkpoint metadata)`, or declined it (an upload failed).
+    Ack {
+        checkpoint: CheckpointId,
+        subtask: u32,
+        snapshots: Result<Vec<(String, Vec<u8>)>, String>,
+        stats: WireAckStats,
+    },
+    /// Source subtasks at the end of their input, and tasks that have ended.
+    Progress { sources_at_end: usize, tasks_finished: usize },
+    /// Every subtask ended; `error` says why when they did not end well.
+    Finished { error: Option<String>, retryable: bool },
+    /// Still alive.
+    Heartbeat,
+    /// Counters of this executor's subtasks (every second), for the job manager's UI.
+    Metrics { subtasks: Vec<SubtaskCounters> },
+}
+
+/// What a subtask's snapshot cost (`runtime::task::AckStats` on the wire).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub(crate) struct WireAckStats {
+    pub(crate) sync_us: u64,
+    pub(crate) upload_us: u64,
+    pub(crate) uploaded_bytes: u64,
+    pub(crate) state_bytes: u64,
+}
+
+impl WireAckStats {
+    pub(crate) fn of(s: &crate::runtime::task::AckStats) -> Self {
+        WireAckStats {
+            sync_us: s.sync.as_micros() as u64,
+            upload_us: s.upload.as_micros() as u64,
+            uploaded_bytes: s.uploaded_bytes,
+            state_bytes: s.state_bytes,
+        }
+    }
+
+    pub(crate) fn stats(&self) -> crate::runtime::task::AckStats {
+        crate::runtime::task::AckStats {
+            sync: Duration::from_micros(self.sync_us),
+            upload: Duration::from_micros(self.upload_us),
+            uploaded_bytes: self.uploaded_bytes,
+            state_bytes: self.state_bytes,
+        }
+    }
+}
+
+/// The counters of one subtask of one operator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SubtaskCounters {
+    pub(crate) operator: u32,
+    pub(crate) subtask: u32,
+    pub(crate) records_in: u64,
+    pub(crate) records_out: u64,
+    pub(crate) watermark: i64,
+    pub(crate) busy_ns: u64,
+    pub(crate) backpressured_ns: u64,
+}
+
+/// Writes one frame.
+pub(crate) fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    write_frame_unflushed(w, msg)?;
+    w.flush()
+}
+
+/// Writes one frame into `w` without flushing it (batching writes into a `BufWriter`).
+pub(crate) fn write_frame_unflushed<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    let body = bincode::serde::encode_to_vec(msg, bincode::config::standard())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|l| (*l as usize) <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "frame larger than MAX_FRAME"))?;
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf)
+}
+
+/// Reads one frame; `UnexpectedEof` when the peer closed the connection.
+pub(crate) fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<T> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds MAX_FRAME"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    bincode::serde::decode_from_slice(&body, bincode::config::standard())
+        .map(|(m, _)| m)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("undecodable frame: {e}")))
+}
+
+/// The sending half of a connection, shareable between threads.
+#[derive(Clone, Debug)]
+pub(crate) struct Sender {
+    stream: Arc<Mutex<TcpStream>>,
+}
+
+impl Sender {
+    /// Sends one message; an error means the connection is gone.
+    pub(crate) fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {
+        write_frame(&mut *self.stream.lock(), msg)
+    }
+
+    /// Closes both directions: the peer's reads end, and so do ours.
+    pub(crate) fn close(&self) {
+        let _ = self.stream.lock().shutdown(Shutdown::Both);
+    }
+}
+
+/// A connection after its hello: messages arrive on `incoming` (read by a thread); the
+/// last item is `Err(reason)` when the connection ends.
+#[derive(Debug)]
+pub(crate) struct Link<In> {
+    pub(crate) sender: Sender,
+    pub(crate) incoming: Receiver<Result<In, String>>,
+    pub(crate) peer: String,
+}
+
+impl<In: DeserializeOwned + Send + 'static> Link<In> {
+    /// Starts the reader thread of `stream`.
+    pub(crate) fn start(stream: TcpStream, name: &str) -> io::Result<Self> {
+        let _ = stream.set_nodelay(true);
+        // A peer that stops reading must not block our writers forever.
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let mut reader = stream.try_clone()?;
+        let (tx, incoming) = unbounded();
+        std::thread::Builder::new().name(format!("caudal-read-{name}")).spawn(move || loop {
+            match read_frame::<In>(&mut reader) {
+                Ok(m) => {
+                    if tx.send(Ok(m)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let reason = if e.kind() == io::ErrorKind::UnexpectedEof {
+                        "connection closed".to_string()
+                    } else {
+                        e.to_string()
+                    };
+                    let _ = tx.send(Err(reason));
+                    return;
+                }
+            }
+        })?;
+        Ok(Link { sender: Sender { stream: Arc::new(Mutex::new(stream)) }, incoming, peer })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_a_closed_stream_is_eof() {
+        let mut buf = Vec::new();
+        let msg = FromExecutor::Ack {
+            checkpoint: CheckpointId(7),
+            subtask: 2,
+            snapshots: Ok(vec![("0-src".into(), vec![1, 2, 3]), ("1-map".into(), Vec::new())]),
+            stats: WireAckStats::default(),
+        };
+        write_frame(&mut buf, &msg).unwrap();
+        write_frame(&mut buf, &FromExecutor::Heartbeat).unwrap();
+        let mut r = &buf[..];
+        match read_frame::<FromExecutor>(&mut r).unwrap() {
+            FromExecutor::Ack { checkpoint, subtask, snapshots, .. } => {
+                assert_eq!((checkpoint, subtask, snapshots.unwrap().len()), (CheckpointId(7), 2, 2));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read_frame::<FromExecutor>(&mut r).unwrap(), FromExecutor::Heartbeat));
+        let err = read_frame::<FromExecutor>(&mut r).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        let mut r = &u32::MAX.to_be_bytes()[..];
+        let err = read_frame::<FromExecutor>(&mut r).unwrap_err();
+        assert!(err.to_string().contains("MAX_FRAME"), "{err}");
+    }
+}

@@ -1,0 +1,525 @@
+//! Cluster mode end to end, with real processes on loopback and real SIGKILLs: a job
+//! manager (`caudal jobmanager`), task managers (`caudal taskmanager`) and the temperature
+//! job binary submitted to them (`caudal submit`). The committed output of a run that
+//! loses a task manager, or its job manager, equals the output of a clean embedded run.
+//!
+//! The temperature binary is the one cargo builds next to `caudal` (`cargo test
+//! --workspace` builds it; alone: `cargo build -p caudal-jobs --bin temperature`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn caudal() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_caudal"))
+}
+
+fn temperature() -> PathBuf {
+    let p = caudal().with_file_name("temperature");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with `cargo build -p caudal-jobs --bin temperature` \
+         (`cargo test --workspace` builds it)",
+        p.display()
+    );
+    p
+}
+
+/// A bounded, throttled run (as in jobs/tests/recovery.rs): 20 sensors, 6,000 readings at
+/// 1,500/s (~4 s), 1-second windows, checkpoints every 300 ms.
+fn job_args(out: &Path) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--sensors",
+        "20",
+        "--records",
+        "6000",
+        "--rate",
+        "75",
+        "--event-interval-ms",
+        "100",
+        "--window-secs",
+        "1",
+        "--seed",
+        "11",
+        "--splits",
+        "6",
+        "--checkpoint-interval",
+        "0.3",
+        "--progress-secs",
+        "0",
+        "--no-ui",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["--output".into(), out.display().to_string()]);
+    args
+}
+
+/// Published output: every `*.jsonl` line of `dir/<folder>`, sorted.
+fn published(dir: &Path, folder: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "jsonl") {
+            lines.extend(std::fs::read_to_string(&p).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// The uninterrupted embedded run's output (once per test binary).
+fn clean() -> &'static (Vec<String>, Vec<String>) {
+    static CLEAN: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
+    CLEAN.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let mut args = job_args(&out);
+        args.extend(["--checkpoint-dir".into(), tmp.path().join("ckpt").display().to_string()]);
+        let o = Command::new(temperature()).args(&args).stdout(Stdio::null()).output().unwrap();
+        assert!(o.status.success(), "clean run failed: {}", String::from_utf8_lossy(&o.stderr));
+        let c = (published(&out, "windows"), published(&out, "readings"));
+        assert!(c.0.len() > 100 && c.1.len() > 5000, "clean run too small: {} {}", c.0.len(), c.1.len());
+        c
+    })
+}
+
+fn assert_equals_clean(out: &Path, what: &str) {
+    let (windows, readings) = clean();
+    let got_w = published(out, "windows");
+    let got_r = published(out, "readings");
+    let dupes = |v: &[String]| v.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(got_r.len(), readings.len(), "{what}: readings: {} duplicates", dupes(&got_r));
+    assert!(got_r == *readings, "{what}: readings differ from the clean run");
+    assert_eq!(got_w.len(), windows.len(), "{what}: windows: {} duplicates", dupes(&got_w));
+    assert!(got_w == *windows, "{what}: windows differ from the clean run");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A job manager and task managers, each a process logging into the test's directory.
+struct Cluster {
+    dir: tempfile::TempDir,
+    http: u16,
+    rpc: u16,
+    jm_flags: Vec<String>,
+    jm: Option<Child>,
+    tms: Vec<(String, Child)>,
+    agent: ureq::Agent,
+}
+
+impl Cluster {
+    fn start(jm_flags: &[&str]) -> Cluster {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            http: free_port(),
+            rpc: free_port(),
+            jm_flags: jm_flags.iter().map(|s| s.to_string()).collect(),
+            jm: None,
+            tms: Vec::new(),
+            agent,
+        };
+        c.start_jobmanager();
+        c
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    fn log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .unwrap()
+    }
+
+    /// Every process's log, for failure messages.
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for e in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                s += &format!(
+                    "\n--- {} ---\n{}",
+                    e.path().display(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default()
+                );
+            }
+        }
+        s
+    }
+
+    fn start_jobmanager(&mut self) {
+        let d = self.dir.path();
+        let child = Command::new(caudal())
+            .args(["jobmanager", "--bind", &format!("127.0.0.1:{}", self.http)])
+            .args(["--rpc-bind", &format!("127.0.0.1:{}", self.rpc)])
+            .args(["--checkpoint-dir", &d.join("ckpt").display().to_string()])
+            .args(["--data-dir", &d.join("jm").display().to_string()])
+            .args(["--heartbeat-timeout-ms", "2000", "--restart-backoff-ms", "200"])
+            .args(&self.jm_flags)
+            .stdout(self.log("jobmanager"))
+            .stderr(self.log("jobmanager"))
+            .spawn()
+            .unwrap();
+        self.jm = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.get("/api/v1/cluster").is_none() {
+            assert!(Instant::now() < deadline, "the job manager did not come up:{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn start_taskmanager(&mut self, name: &str, slots: u32) {
+        self.start_taskmanager_with_env(name, slots, &[]);
+    }
+
+    /// A task manager whose executors inherit `env` (e.g. a crash point).
+    fn start_taskmanager_with_env(&mut self, name: &str, slots: u32, env: &[(&str, &str)]) {
+        let child = Command::new(caudal())
+            .envs(env.iter().copied())
+            .args(["taskmanager", "--jobmanager", &self.url(), "--slots", &slots.to_string(), "--name", name])
+            .args(["--data-dir", &self.dir.path().join(name).display().to_string()])
+            .args(["--heartbeat-timeout-ms", "2000"])
+            .stdout(self.log(name))
+            .stderr(self.log(name))
+            .spawn()
+            .unwrap();
+        self.tms.push((name.to_string(), child));
+    }
+
+    fn wait_for_task_managers(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let info = self.get("/api/v1/cluster");
+            if info.as_ref().is_some_and(|i| i["task_managers"].as_array().unwrap().len() == n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} task managers did not register: {info:?}{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        let mut r = self.agent.get(format!("{}{path}", self.url())).call().ok()?;
+        if r.status() != 200 {
+            return None;
+        }
+        r.body_mut().read_json().ok()
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(caudal()).args(args).output().unwrap()
+    }
+
+    fn submit(&self, parallelism: u32, job_args: &[String]) -> Output {
+        Command::new(caudal())
+            .arg("submit")
+            .arg(temperature())
+            .args(["--jobmanager", &self.url(), "--parallelism", &parallelism.to_string(), "--"])
+            .args(job_args)
+            .output()
+            .unwrap()
+    }
+
+    fn job(&self, name: &str) -> Option<Value> {
+        self.get("/api/v1/cluster/jobs")?.as_array()?.iter().find(|j| j["name"] == name).cloned()
+    }
+
+    /// Waits until `pred` holds for the job; panics with the logs after `secs`.
+    fn wait_job(&self, name: &str, secs: u64, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let job = self.job(name);
+            if let Some(j) = job.as_ref().filter(|j| pred(j)) {
+                return j.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job `{name}`: not {what} after {secs}s: {job:#?}{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_taskmanager(&mut self, name: &str) {
+        let i =
+            self.tms.iter().position(|(n, _)| n == name).unwrap_or_else(|| panic!("no task manager {name}"));
+        let (_, mut child) = self.tms.remove(i);
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    fn kill_jobmanager(&mut self) {
+        let mut jm = self.jm.take().unwrap();
+        jm.kill().unwrap(); // SIGKILL
+        jm.wait().unwrap();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.tms {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(jm) = &mut self.jm {
+            let _ = jm.kill();
+            let _ = jm.wait();
+        }
+    }
+}
+
+fn status(job: &Value) -> &str {
+    job["status"].as_str().unwrap_or_default()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// The issue's scenario: parallelism 4 over 3 task managers (the key_by shuffle crosses
+/// processes), one task manager SIGKILLed mid-run; the job recovers on the remaining slots.
+#[test]
+fn a_killed_task_manager_is_recovered_from_and_the_output_equals_the_clean_run() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(3);
+    let out = c.dir.path().join("out");
+    let o = c.submit(4, &job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let placed = running["task_managers"].as_array().unwrap();
+    assert_eq!(placed.len(), 3, "4 slots spread over the 3 task managers: {running:#}");
+    let victim = placed[1].as_str().unwrap().to_string();
+    let killed = Instant::now();
+    c.kill_taskmanager(&victim);
+    let attempt = running["attempt"].as_u64().unwrap();
+    c.wait_job("temperature", 60, "running again", |j| {
+        j["attempt"].as_u64() > Some(attempt) && (status(j) == "RUNNING" || status(j) == "FINISHED")
+    });
+    // A figure, not an assertion: detection, cancel, backoff, binary fetch, restore.
+    eprintln!("task manager {victim} killed: running again after {:?}", killed.elapsed());
+    let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
+    let failures = done["failures"].as_array().unwrap();
+    let cause = failures[0]["cause"].as_str().unwrap();
+    assert!(cause.contains(&victim), "the failure names the lost task manager: {cause}");
+    assert_ne!(done["task_managers"], running["task_managers"], "{done:#}");
+    assert_equals_clean(&out, &format!("task manager {victim} killed"));
+    // The executors' counters reach the job manager's REST API (and UI): every published
+    // reading went through the readings sink of the last attempt.
+    let metrics = c.get("/api/v1/jobs/temperature/metrics").unwrap();
+    let sink =
+        metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "readings-sink").unwrap();
+    assert!(sink["records_in"].as_u64().unwrap() > 0, "{sink:#} {done:#}{}", c.logs());
+    // The CLI shows the same.
+    let list = c.cli(&["list", "--jobmanager", &c.url()]);
+    let text = String::from_utf8_lossy(&list.stdout).to_string();
+    assert!(list.status.success() && text.contains("FINISHED") && text.contains(&victim), "{text}");
+}
+
+/// Three task managers killed one after another (each replaced by a fresh one): the job
+/// recovers each time and the output equals the clean run.
+#[test]
+fn task_managers_killed_one_after_another() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 1);
+    }
+    c.wait_for_task_managers(3);
+    let out = c.dir.path().join("out");
+    // Slower than the clean run (same records, same event times): room for three kills.
+    let mut args = job_args(&out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into();
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let mut last = 0;
+    for kill in 1..=3 {
+        let running = c.wait_job("temperature", 30, "running with a new checkpoint", |j| {
+            status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some_and(|n| n > last)
+        });
+        last = running["last_checkpoint"].as_u64().unwrap();
+        let victim = running["task_managers"][0].as_str().unwrap().to_string();
+        c.kill_taskmanager(&victim);
+        c.start_taskmanager(&format!("tm-{}", 3 + kill), 1);
+    }
+    let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 3, "{done:#}");
+    assert_equals_clean(&out, "three task managers killed");
+}
+
+/// An executor aborts after a snapshot, before its ack (checkpoint 3 is being aligned
+/// across processes): the job restarts and the output equals the clean run.
+#[test]
+fn an_executor_crashing_inside_a_checkpoint() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager_with_env("tm-2", 1, &[("CAUDAL__TEST_CRASH_AT", "after-snapshot-before-ack:3")]);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let o = c.submit(2, &job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed =
+        c.wait_job("temperature", 30, "failed once", |j| !j["failures"].as_array().unwrap().is_empty());
+    let cause = failed["failures"][0]["cause"].as_str().unwrap().to_string();
+    assert!(cause.contains("tm-2"), "the crash point was not reached: {failed:#}{}", c.logs());
+    assert!(c.logs().contains("crash point after-snapshot-before-ack at checkpoint 3"), "{}", c.logs());
+    // Checkpoint 3 never completed, so a restarted attempt takes a checkpoint 3 again (and
+    // its executors on tm-2 would crash again): replace tm-2 by a task manager without it.
+    c.kill_taskmanager("tm-2");
+    c.start_taskmanager("tm-3", 1);
+    c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert_equals_clean(&out, "executor crashed inside checkpoint 3");
+}
+
+/// `caudal stop` takes a final checkpoint and ends the job; `submit --restore latest`
+/// continues from it (here at another parallelism) to the clean run's output.
+#[test]
+fn a_stopped_job_resumes_from_its_final_checkpoint() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 2);
+    c.start_taskmanager("tm-2", 1);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let mut args = job_args(&out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into();
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let o = c.cli(&["stop", "temperature", "--wait", "--jobmanager", &c.url()]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success() && text.contains("resume with --restore latest"), "{text}{}", stderr(&o));
+    let partial = published(&out, "readings").len();
+    assert!(partial > 0 && partial < clean().1.len(), "stopped mid-run: {partial} readings published");
+    let o = Command::new(caudal())
+        .arg("submit")
+        .arg(temperature())
+        .args(["--jobmanager", &c.url(), "--parallelism", "3", "--restore", "latest", "--wait", "--"])
+        .args(job_args(&out))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "resume failed: {}{}", stderr(&o), c.logs());
+    assert_equals_clean(&out, "stopped, then resumed at parallelism 3");
+}
+
+#[test]
+fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
+    clean();
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager("tm-2", 1);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let o = c.submit(2, &job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    c.kill_jobmanager();
+    c.start_jobmanager();
+    let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["detail"].is_string(), "{done:#}");
+    assert_equals_clean(&out, "job manager killed and restarted");
+}
+
+#[test]
+fn a_job_that_always_fails_ends_failed_with_its_cause_after_the_restart_cap() {
+    let c = {
+        let mut c = Cluster::start(&["--max-restarts", "2"]);
+        c.start_taskmanager("tm-1", 1);
+        c.wait_for_task_managers(1);
+        c
+    };
+    // The file sink cannot create its directory under a regular file: every attempt fails.
+    let blocker = c.dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let o = c.submit(1, &job_args(&blocker.join("out")));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed = c.wait_job("temperature", 30, "FAILED", |j| status(j) == "FAILED");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(detail.contains("failed after 2 restarts") && detail.contains("not-a-dir"), "{detail}");
+    let failures = failed["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 3, "{failed:#}");
+    assert!(failures.iter().all(|f| f["cause"].as_str().unwrap().contains("output directory")), "{failed:#}");
+    // The task manager's slot is free again.
+    let info = c.get("/api/v1/cluster").unwrap();
+    assert_eq!(info["slots_free"], 1, "{info:#}");
+}
+
+#[test]
+fn bad_submissions_are_clear_errors_and_the_cluster_keeps_running() {
+    let mut c = Cluster::start(&[]);
+    // No task manager yet.
+    let out = c.dir.path().join("out");
+    let o = c.submit(1, &job_args(&out));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no task manager is registered"), "{}", stderr(&o));
+    c.start_taskmanager("tm-1", 2);
+    c.wait_for_task_managers(1);
+    // Not a Caudal job.
+    let o = c.cli(&["submit", "/bin/true", "--jobmanager", &c.url()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a Caudal job binary"), "{}", stderr(&o));
+    // More parallelism than slots.
+    let o = c.submit(3, &job_args(&out));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("needs 3 slots") && e.contains("the cluster has 2 slots"), "{e}");
+    // Nothing to restore.
+    let temp = temperature();
+    let o = c.cli(&["submit", temp.to_str().unwrap(), "--jobmanager", &c.url(), "--restore", "latest"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no completed checkpoint"), "{}", stderr(&o));
+    // An unreachable job manager.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let o = c.cli(&["list", "--jobmanager", &nowhere]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains(&format!("cannot reach the job manager at {nowhere}")), "{}", stderr(&o));
+    // The cluster still runs: the task manager is there, no job was created.
+    let info = c.get("/api/v1/cluster").unwrap();
+    assert_eq!(info["task_managers"].as_array().unwrap().len(), 1);
+    let list = c.cli(&["list", "--jobmanager", &c.url()]);
+    assert!(list.status.success());
+    assert_eq!(String::from_utf8_lossy(&list.stdout), "no jobs\n");
+}
+
+#[test]
+fn a_job_binary_prints_its_plan() {
+    let o = Command::new(temperature())
+        .args(["--caudal-plan", "--parallelism", "3", "--no-ui"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["caudal_plan"], 1);
+    assert_eq!(doc["plan"]["job"], "temperature");
+    let ops = doc["plan"]["operators"].as_array().unwrap();
+    assert!(ops.iter().any(|o| o["name"] == "window-stats" && o["parallelism"] == 3), "{doc:#}");
+    assert_eq!(doc["checkpoints"]["interval_ms"], 60_000);
+}
