@@ -119,6 +119,10 @@ enum Commands {
         #[arg(long, default_value = "http://127.0.0.1:8081")]
         jobmanager: String,
     },
+    /// Any other command `X` runs the program `caudal-X` (next to `caudal`, or on PATH) with
+    /// the remaining arguments, e.g. `caudal schema check NEW.avsc --subject S --registry URL`.
+    #[command(external_subcommand)]
+    External(Vec<String>),
 }
 
 /// Entry point of the `caudal` binary.
@@ -248,6 +252,29 @@ fn run(command: Commands) -> Result<ExitCode> {
             println!("cancelling job `{}` (was {:?})", view.name, view.status);
             Ok(ExitCode::SUCCESS)
         }
+        Commands::External(args) => run_plugin(&args),
+    }
+}
+
+/// `caudal X ARGS…` → `caudal-X ARGS…`, like git and cargo: tools outside the engine (the
+/// schema check lives with the schemas) under one command.
+fn run_plugin(args: &[String]) -> Result<ExitCode> {
+    let Some((name, rest)) = args.split_first() else { return Ok(ExitCode::FAILURE) };
+    let program = format!("caudal-{name}");
+    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join(&program)));
+    let path = beside.filter(|p| p.is_file()).unwrap_or_else(|| program.clone().into());
+    match std::process::Command::new(&path).args(rest).status() {
+        Ok(status) => {
+            Ok(status.code().and_then(|c| u8::try_from(c).ok()).map_or(ExitCode::FAILURE, ExitCode::from))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Config {
+            setting: name.clone(),
+            message: format!(
+                "unknown command `{name}` (no program `{program}` next to caudal or on PATH); \
+                 see `caudal --help`"
+            ),
+        }),
+        Err(e) => Err(Error::io(format!("running {}", path.display()), e)),
     }
 }
 
