@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 /// Exit code of an executor that lost its job manager or task manager.
 pub(crate) const EXIT_LOST: i32 = 3;
+/// Exit code of an executor the job manager cancelled.
+pub(crate) const EXIT_CANCELLED: i32 = 4;
 
 fn lost(what: &str) -> ! {
     eprintln!("caudal executor {}: {what}: exiting", std::process::id());
@@ -196,7 +198,6 @@ fn run_deployed(
     let timeout = Duration::from_millis(deployment_timeout_ms(deployment));
     let (mut last_sent, mut last_heard, mut last_progress) = (Instant::now(), Instant::now(), Instant::now());
     let mut reported = (0, 0);
-    let mut cancelled = false;
     loop {
         loop {
             match link.incoming.try_recv() {
@@ -214,9 +215,13 @@ fn run_deployed(
                             }
                         }
                         ToExecutor::Stop => control.stop.store(true, Ordering::SeqCst),
+                        // The attempt is over: exit now rather than wait for every task to
+                        // notice (what this process leaves behind, a restore cleans up, as
+                        // after a kill), so the next attempt starts sooner.
                         ToExecutor::Cancel => {
-                            cancelled = true;
                             control.cancel.store(true, Ordering::SeqCst);
+                            eprintln!("caudal executor {}: cancelled by the job manager", std::process::id());
+                            std::process::exit(EXIT_CANCELLED);
                         }
                         ToExecutor::Heartbeat | ToExecutor::Deploy(_) => {}
                     }
@@ -261,9 +266,6 @@ fn run_deployed(
     }
     if let Some(e) = control.failure.lock().take() {
         return Err(e);
-    }
-    if cancelled {
-        return Err(Error::Cancelled);
     }
     for h in handles {
         let _ = h.thread.join();
