@@ -51,7 +51,7 @@ struct Run {
 fn new_run(stack: &Stack, name: &str) -> Run {
     let run = Run {
         input: input(stack).to_owned(),
-        checkpoint_interval: "0.3",
+        checkpoint_interval: "0.1",
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
         ckpt: tempfile::tempdir().unwrap(),
