@@ -40,7 +40,7 @@ pub(crate) fn open_store(
 }
 
 /// Reads the checkpoint to restore from, by the rules of `config.restore`.
-pub(crate) fn load_restore(
+fn load_restore(
     config: &CheckpointConfig,
     store: &dyn CheckpointStore,
     paths: &CheckpointPaths,
@@ -86,8 +86,24 @@ pub(crate) fn load_restore(
     }
 }
 
+/// Opens the job's checkpoint storage and reads what to restore (announced on stderr, with
+/// the during-restore crash point): the first step of every process that runs subtasks.
+pub(crate) fn open_and_load_restore(
+    config: &CheckpointConfig,
+    job: &str,
+) -> Result<(Arc<dyn CheckpointStore>, CheckpointPaths, RestoredState)> {
+    let (store, paths) = open_store(config, job)?;
+    let meta = load_restore(config, store.as_ref(), &paths, job)?;
+    let restored = meta.as_ref().map(restored_state).unwrap_or_default();
+    if let Some(m) = &meta {
+        eprintln!("caudal: restoring job `{job}` from checkpoint {}", m.checkpoint_id.label());
+        crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
+    }
+    Ok((store, paths, restored))
+}
+
 /// The operator snapshots of a checkpoint, by operator uid (all old subtasks, in order).
-pub(crate) fn restored_state(meta: &CheckpointMetadata) -> RestoredState {
+fn restored_state(meta: &CheckpointMetadata) -> RestoredState {
     let mut operators = HashMap::new();
     let mut keyed = HashMap::new();
     for (id, op) in &meta.operators {

@@ -37,8 +37,7 @@ impl Producer {
         env.source(names::SOURCE, generator.build()?, WatermarkStrategy::none()).sink(
             "kafka-producer",
             move |_| {
-                let serializer =
-                    AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id.to_string());
+                let serializer = AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id);
                 Ok(KafkaSink::new(sink.clone(), serializer))
             },
         );

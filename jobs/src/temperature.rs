@@ -281,7 +281,7 @@ impl TemperatureJob {
                     output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
                 let registry = output.schema_registry.clone();
                 stream.sink(name, move |_| {
-                    let serializer = AvroSerializer::<T>::new(&registry).keyed(move |r| key(r).to_string());
+                    let serializer = AvroSerializer::<T>::new(&registry).keyed(move |r| key(r));
                     Ok(KafkaSink::new(config.clone(), serializer))
                 });
             }

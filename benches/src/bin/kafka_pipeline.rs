@@ -12,6 +12,7 @@
 
 use anyhow::Context;
 use caudal::{JobConfig, StreamEnv, WatermarkStrategy};
+use caudal_benches::cpu_seconds;
 use caudal_jobs::produce::Producer;
 use caudal_jobs::temperature::{is_plausible, to_celsius};
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
@@ -46,15 +47,6 @@ struct Args {
     schema_registry: String,
 }
 
-/// User + system CPU seconds of this process, all threads.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", brokers).create()?;
@@ -87,8 +79,7 @@ fn run(args: &Args, input: &str, delivery: DeliveryGuarantee, n: usize) -> anyho
     env.source("kafka", source, WatermarkStrategy::none()).map(to_celsius).filter(is_plausible).sink(
         "kafka-out",
         move |_| {
-            let serializer =
-                AvroSerializer::<ProcessedReading>::new(&registry).keyed(|r| r.sensor_id.to_string());
+            let serializer = AvroSerializer::<ProcessedReading>::new(&registry).keyed(|r| r.sensor_id);
             Ok(KafkaSink::new(sink.clone(), serializer))
         },
     );

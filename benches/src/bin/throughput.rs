@@ -11,6 +11,7 @@
 
 use anyhow::{bail, Context};
 use caudal::{JobConfig, StreamEnv};
+use caudal_benches::cpu_seconds;
 use caudal_jobs::temperature::{is_plausible, to_celsius, SinkKind, SourceKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
 use caudal_operators::sinks::DiscardSink;
@@ -69,16 +70,6 @@ fn proc_status_kb(key: &str) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-/// User + system CPU seconds of this process (from /proc, clock ticks of 10 ms).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields after the command: state is index 0; utime is field 14 overall → index 11.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend) -> anyhow::Result<()> {

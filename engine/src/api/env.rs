@@ -2,7 +2,7 @@
 
 use super::stream::{DataStream, Graph};
 use crate::config::JobConfig;
-use crate::coordinator::{load_restore, open_store, restored_state, Coordinator, Tick};
+use crate::coordinator::{open_and_load_restore, Coordinator, Tick};
 use crate::graph::{JobPlan, NodeKind, SourceSetup};
 use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
@@ -214,15 +214,9 @@ impl StreamEnv {
         let checkpointing =
             self.config.checkpoints.interval.is_some() || self.config.checkpoints.restore.is_some();
         let (coordinator_parts, restored) = if checkpointing {
-            let (store, paths) = open_store(&self.config.checkpoints, job_name)?;
+            let (store, paths, restored) = open_and_load_restore(&self.config.checkpoints, job_name)?;
             if let Some(name) = &self.config.checkpoints.savepoint_on_stop {
                 paths.savepoint_dir(name).map_err(|e| Error::config("savepoint_on_stop", e.to_string()))?;
-            }
-            let meta = load_restore(&self.config.checkpoints, store.as_ref(), &paths, job_name)?;
-            let restored = meta.as_ref().map(restored_state).unwrap_or_default();
-            if let Some(m) = &meta {
-                eprintln!("caudal: restoring job `{job_name}` from checkpoint {}", m.checkpoint_id.label());
-                crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
             }
             (Some((store, paths)), restored)
         } else {

@@ -16,7 +16,7 @@ use super::shuffle::{self, RemoteChannels};
 use crate::api::env::LocalStateDir;
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
-use crate::coordinator::{load_restore, open_store, restored_state};
+use crate::coordinator::open_and_load_restore;
 use crate::runtime::executor::{build_tasks_placed, compile, spawn, JobStateEnv, RestoredState};
 use crate::runtime::task::CheckpointAck;
 use crate::runtime::task::TaskCommand;
@@ -138,13 +138,7 @@ fn run_deployed(
     let compiled = compile(&graph, config, job_name)?;
     let checkpointing = config.checkpoints.interval.is_some() || config.checkpoints.restore.is_some();
     let (storage, restored) = if checkpointing {
-        let (store, paths) = open_store(&config.checkpoints, job_name)?;
-        let meta = load_restore(&config.checkpoints, store.as_ref(), &paths, job_name)?;
-        let restored = meta.as_ref().map(restored_state).unwrap_or_default();
-        if let Some(m) = &meta {
-            eprintln!("caudal: restoring job `{job_name}` from checkpoint {}", m.checkpoint_id.label());
-            crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
-        }
+        let (store, paths, restored) = open_and_load_restore(&config.checkpoints, job_name)?;
         (Some((store, paths)), restored)
     } else {
         (None, RestoredState::default())

@@ -186,6 +186,17 @@ impl<T: Data> SourceRunner<T> {
         }
     }
 
+    /// The completion of a checkpoint that finished just before the stop is queued by the
+    /// time the stop is seen (it is sent first): chained sinks commit it before they close.
+    fn deliver_queued_completions(&mut self, env: &TaskEnv) -> Result<()> {
+        while let Ok(cmd) = env.commands.try_recv() {
+            if let TaskCommand::CheckpointComplete(_) = cmd {
+                self.handle(cmd, env)?;
+            }
+        }
+        Ok(())
+    }
+
     /// End of input with checkpoints on: fire everything downstream (final watermark), then
     /// take part in the final checkpoint, so what sinks publish at the end is committed by a
     /// checkpoint — a kill at any moment after it loses and duplicates nothing. Ends when
@@ -200,13 +211,7 @@ impl<T: Data> SourceRunner<T> {
                 return Err(Error::Cancelled);
             }
             if env.stop.load(Ordering::Relaxed) {
-                // As in the gate: the final checkpoint's completion is queued before the
-                // stop; chained sinks commit it before they close.
-                while let Ok(cmd) = env.commands.try_recv() {
-                    if let TaskCommand::CheckpointComplete(_) = cmd {
-                        self.handle(cmd, env)?;
-                    }
-                }
+                self.deliver_queued_completions(env)?;
                 return self.fanout.each(|t| t.end());
             }
             match env.commands.recv_timeout(Duration::from_millis(20)) {
@@ -239,12 +244,7 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                 return Err(Error::Cancelled);
             }
             if env.stop.load(Ordering::Relaxed) {
-                // A checkpoint completed just before the stop: its completion is queued.
-                while let Ok(cmd) = env.commands.try_recv() {
-                    if let TaskCommand::CheckpointComplete(_) = cmd {
-                        self.handle(cmd, env)?;
-                    }
-                }
+                self.deliver_queued_completions(env)?;
                 return self.finish(false);
             }
             let now = Instant::now();

@@ -11,6 +11,7 @@
 use anyhow::Context;
 use caudal::metrics::{names as metric, OperatorSnapshot};
 use caudal::{JobConfig, StreamEnv};
+use caudal_jobs::cli::KafkaArgs;
 use caudal_jobs::produce::Producer;
 use caudal_jobs::temperature::{
     names, KafkaInput, KafkaOutput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
@@ -158,17 +159,6 @@ impl SensorArgs {
             event_interval_ms: self.event_interval_ms,
         }
     }
-}
-
-/// Kafka and its schema registry.
-#[derive(Debug, ClapArgs)]
-struct KafkaArgs {
-    /// Kafka bootstrap brokers, host:port[,host:port…].
-    #[arg(long, default_value = "127.0.0.1:9092", env = "CAUDAL_KAFKA_BROKERS")]
-    brokers: String,
-    /// Confluent-compatible schema registry URL.
-    #[arg(long, default_value = "http://127.0.0.1:8085", env = "CAUDAL_SCHEMA_REGISTRY")]
-    schema_registry: String,
 }
 
 #[derive(Debug, ClapArgs)]

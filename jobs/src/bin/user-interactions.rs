@@ -4,21 +4,11 @@
 
 use anyhow::Context;
 use caudal::{JobConfig, StreamEnv};
+use caudal_jobs::cli::KafkaArgs;
 use caudal_jobs::user_interactions::{produce, UserInteractionsJob};
 use caudal_operators::kafka::DeliveryGuarantee;
-use clap::{Args as ClapArgs, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::time::Duration;
-
-/// Kafka and its schema registry.
-#[derive(Debug, ClapArgs)]
-struct KafkaArgs {
-    /// Kafka bootstrap brokers, host:port[,host:port…].
-    #[arg(long, default_value = "127.0.0.1:9092", env = "CAUDAL_KAFKA_BROKERS")]
-    brokers: String,
-    /// Confluent-compatible schema registry URL.
-    #[arg(long, default_value = "http://127.0.0.1:8085", env = "CAUDAL_SCHEMA_REGISTRY")]
-    schema_registry: String,
-}
 
 #[derive(Debug, Subcommand)]
 enum Command {

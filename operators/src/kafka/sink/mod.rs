@@ -15,6 +15,7 @@ mod serialize;
 mod transactions;
 
 pub use config::{DeliveryGuarantee, KafkaSinkConfig, RESTART_ALLOWANCE};
+pub(crate) use producer::send_waiting;
 pub use serialize::{AvroSerializer, JsonSerializer, KafkaSerializer, KeyFn};
 pub use transactions::{RecordedTxn, SinkSnapshot};
 

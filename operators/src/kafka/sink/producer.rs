@@ -11,6 +11,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Queues `record`, serving delivery reports while librdkafka's queue is full: the
+/// producer's backpressure.
+pub(crate) fn send_waiting<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &BaseProducer<C>,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+) -> std::result::Result<(), KafkaError> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(50));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
 /// Delivery reports of one producer: the first failure is kept for the error message.
 #[derive(Debug, Default)]
 pub(crate) struct DeliveryWatch {
@@ -92,18 +110,8 @@ impl SinkProducer {
         if timestamp > 0 {
             record = record.timestamp(timestamp);
         }
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    self.producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => {
-                    return Err(Error::Operator(format!("kafka sink: producing into `{}`: {e}", self.topic)))
-                }
-            }
-        }
+        send_waiting(&self.producer, record)
+            .map_err(|e| Error::Operator(format!("kafka sink: producing into `{}`: {e}", self.topic)))
     }
 
     /// Serves delivery reports without waiting.

@@ -15,8 +15,9 @@ pub trait KafkaSerializer<T>: Send + 'static {
     fn serialize(&mut self, record: &T, key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool>;
 }
 
-/// The key of a record as UTF-8 text (e.g. the sensor id), readable in any console tool.
-pub type KeyFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
+/// Writes the key of a record as UTF-8 text (e.g. the sensor id), readable in any console
+/// tool, into the sink's key buffer: no allocation per record.
+pub type KeyFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) + Send + Sync>;
 
 /// Avro in the Confluent wire format, the schema registered under `<topic>-value`.
 pub struct AvroSerializer<T> {
@@ -37,9 +38,13 @@ impl<T: AvroRecord> AvroSerializer<T> {
         AvroSerializer { registry_url: registry_url.into(), key: None, serializer: None }
     }
 
-    /// Keys every record with `key(record)` as UTF-8.
-    pub fn keyed(mut self, key: impl Fn(&T) -> String + Send + Sync + 'static) -> Self {
-        self.key = Some(Arc::new(key));
+    /// Keys every record with `key(record)`, written as UTF-8 text.
+    pub fn keyed<K: std::fmt::Display>(mut self, key: impl Fn(&T) -> K + Send + Sync + 'static) -> Self {
+        self.key = Some(Arc::new(move |record: &T, out: &mut Vec<u8>| {
+            use std::io::Write;
+            // Writing into a Vec cannot fail.
+            let _ = write!(out, "{}", key(record));
+        }));
         self
     }
 }
@@ -63,7 +68,7 @@ impl<T: AvroRecord> KafkaSerializer<T> for AvroSerializer<T> {
         serializer.serialize(record, value);
         Ok(match &self.key {
             Some(f) => {
-                key.extend_from_slice(f(record).as_bytes());
+                f(record, key);
                 true
             }
             None => false,

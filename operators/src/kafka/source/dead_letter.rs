@@ -5,9 +5,9 @@
 //! `caudal.error`, by an idempotent producer flushed at every checkpoint barrier
 //! (at-least-once: a restore may dead-letter a record twice, never lose one).
 
+use crate::kafka::sink::send_waiting;
 use caudal::{Error, Result};
 use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
@@ -54,18 +54,8 @@ impl DeadLetters {
         if let Some(key) = key {
             record = record.key(key);
         }
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    self.producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => {
-                    return Err(Error::Operator(format!("dead-letter topic `{}`: {e}", self.topic)))
-                }
-            }
-        }
+        send_waiting(&self.producer, record)
+            .map_err(|e| Error::Operator(format!("dead-letter topic `{}`: {e}", self.topic)))
     }
 
     /// Waits until every dead letter is acknowledged (at each barrier).
