@@ -281,7 +281,7 @@ impl TemperatureJob {
                     output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
                 let registry = output.schema_registry.clone();
                 stream.sink(name, move |_| {
-                    let serializer = AvroSerializer::<T>::new(&registry).keyed(move |r| key(r));
+                    let serializer = AvroSerializer::<T>::new(&registry).keyed(key);
                     Ok(KafkaSink::new(config.clone(), serializer))
                 });
             }
