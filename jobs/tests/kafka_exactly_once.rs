@@ -260,7 +260,7 @@ fn chaos_a_million_readings_killed_five_times_equals_the_clean_run() {
     let input = produce(&stack, "chaos-in", MILLION);
     let run = Run { input, checkpoint_interval: "1", ..new_run(&stack, "chaos") };
     let clean = clean_run(&stack, &run, MILLION);
-    let kills = kill_at_random(&stack, &run, 5, 1200, 1000);
+    let kills = kill_at_random(&stack, &run, 5, 1000, 600);
     assert_eq!(kills, 5, "the job finished before five kills");
     finish(&stack, &run);
     assert_equals(&clean, &stack, &run, &format!("chaos after {kills} kills"));
