@@ -50,6 +50,8 @@ pub use error::{Error, Result, TaskLocation};
 pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use job::{JobStatus, JobView};
 pub use operator::{Operator, OperatorContext, Sink};
-pub use source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
+pub use source::{
+    RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
+};
 pub use state::{KeyedState, KeyedStateGuard};
 pub use types::{Batch, CheckpointBarrier, CheckpointId, Data, Key, Record, StreamMessage, Timestamp};

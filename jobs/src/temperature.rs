@@ -2,7 +2,7 @@
 //! generator → °F→°C → anomaly filter → key by sensor → 1-minute tumbling windows
 //! (count, min, max, mean °C) → sink; the converted readings are a second output.
 
-use caudal::{DataStream, Result, StreamEnv, WatermarkStrategy};
+use caudal::{DataStream, RateLimited, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{
@@ -105,7 +105,7 @@ pub enum SourceKind {
 }
 
 /// The Kafka topic the readings are read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KafkaInput {
     /// `host:port[,…]`.
     pub brokers: String,
@@ -117,6 +117,8 @@ pub struct KafkaInput {
     pub bounded: bool,
     /// Where undecodable records go.
     pub dead_letter_topic: Option<String>,
+    /// At most this many records per second over all source subtasks.
+    pub max_records_per_second: Option<f64>,
 }
 
 /// The Kafka topics the results go to.
@@ -216,7 +218,12 @@ impl TemperatureJob {
                 config.dead_letter_topic = input.dead_letter_topic.clone();
                 let source =
                     KafkaSource::new(config, AvroDecoder::<SensorReading>::factory(&input.schema_registry));
-                env.source(names::KAFKA_SOURCE, source, watermarks)
+                match input.max_records_per_second {
+                    Some(rate) => {
+                        env.source(names::KAFKA_SOURCE, RateLimited::new(source, rate)?, watermarks)
+                    }
+                    None => env.source(names::KAFKA_SOURCE, source, watermarks),
+                }
             }
         };
         let readings =

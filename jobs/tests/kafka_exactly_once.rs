@@ -43,6 +43,8 @@ fn input(stack: &Stack) -> &'static str {
 struct Run {
     input: String,
     checkpoint_interval: &'static str,
+    /// `--max-records-per-second`: bounds how far one run gets before it is killed.
+    max_rate: Option<&'static str>,
     readings: String,
     windows: String,
     ckpt: tempfile::TempDir,
@@ -52,6 +54,7 @@ fn new_run(stack: &Stack, name: &str) -> Run {
     let run = Run {
         input: input(stack).to_owned(),
         checkpoint_interval: "0.1",
+        max_rate: None,
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
         ckpt: tempfile::tempdir().unwrap(),
@@ -74,6 +77,9 @@ fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Chi
         .stderr(Stdio::piped());
     if restore {
         cmd.args(["--restore", "latest"]);
+    }
+    if let Some(rate) = run.max_rate {
+        cmd.args(["--max-records-per-second", rate]);
     }
     if let Some(point) = crash_at {
         cmd.env("CAUDAL__TEST_CRASH_AT", point);
@@ -245,7 +251,9 @@ fn kill_at_random(stack: &Stack, run: &Run, max_kills: usize, min_ms: u64, sprea
 fn killed_at_random_moments_mid_epoch() {
     let Some(stack) = stack() else { return };
     clean(&stack);
-    let run = new_run(&stack, "random");
+    // At most 100k readings/s: each run gets at most 90k of the 200k readings before its
+    // kill, so the job cannot finish before the second kill on any machine.
+    let run = Run { max_rate: Some("100000"), ..new_run(&stack, "random") };
     let kills = kill_at_random(&stack, &run, 5, 400, 500);
     assert!(kills >= 2, "the job finished too early to be killed ({kills} kills)");
     finish(&stack, &run);
@@ -258,8 +266,10 @@ fn chaos_a_million_readings_killed_five_times_equals_the_clean_run() {
     const MILLION: u64 = 1_000_000;
     let Some(stack) = stack() else { return };
     let input = produce(&stack, "chaos-in", MILLION);
-    let run = Run { input, checkpoint_interval: "1", ..new_run(&stack, "chaos") };
-    let clean = clean_run(&stack, &run, MILLION);
+    let clean = clean_run(&stack, &Run { input: input.clone(), ..new_run(&stack, "chaos-clean") }, MILLION);
+    // At most 100k readings/s: a run killed within 1.6 s gets at most 160k readings further,
+    // so five kills come before the end of the input however fast the machine is.
+    let run = Run { input, checkpoint_interval: "1", max_rate: Some("100000"), ..new_run(&stack, "chaos") };
     let kills = kill_at_random(&stack, &run, 5, 1000, 600);
     assert_eq!(kills, 5, "the job finished before five kills");
     finish(&stack, &run);

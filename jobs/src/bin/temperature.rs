@@ -193,6 +193,9 @@ struct Args {
     /// With --source kafka: topic for records that cannot be decoded.
     #[arg(long)]
     dead_letter_topic: Option<String>,
+    /// With --source kafka: read at most this many records per second (all subtasks together).
+    #[arg(long, value_name = "RECORDS", value_parser = positive)]
+    max_records_per_second: Option<f64>,
     /// The topic --sink kafka writes the converted readings to.
     #[arg(long, default_value = "processed-temp")]
     output_topic: String,
@@ -293,6 +296,15 @@ fn non_negative(s: &str) -> Result<f64, String> {
     }
 }
 
+fn positive(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be positive, got {s}"))
+    }
+}
+
 fn fraction(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     if (0.0..=1.0).contains(&v) {
@@ -373,6 +385,7 @@ fn main() -> anyhow::Result<()> {
                 topic: args.input_topic.clone(),
                 bounded: args.bounded,
                 dead_letter_topic: args.dead_letter_topic.clone(),
+                max_records_per_second: args.max_records_per_second,
             }),
         },
         window: Duration::from_secs(args.window_secs),

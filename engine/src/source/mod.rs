@@ -4,6 +4,10 @@
 //! reads some splits; the engine tracks a bounded-out-of-orderness watermark per split and
 //! emits the minimum over splits that are neither idle nor finished.
 
+mod rate_limit;
+
+pub use rate_limit::RateLimited;
+
 use crate::types::{Data, Record, Timestamp, MAX_WATERMARK, MIN_WATERMARK};
 use crate::Result;
 use std::sync::Arc;
