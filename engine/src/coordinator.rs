@@ -152,6 +152,24 @@ pub(crate) struct Coordinator {
     pub(crate) last_completed: Option<CheckpointId>,
     /// The checkpoint requested by a stop, and whether it completed.
     final_checkpoint: Option<CheckpointId>,
+    /// The checkpoint in flight for a requested savepoint, and the savepoint's name.
+    savepoint: Option<(CheckpointId, String)>,
+    /// Savepoints being copied out of their checkpoint (retention waits for them).
+    copies: Vec<std::thread::JoinHandle<()>>,
+    /// The job's view, from the first tick on (savepoint requests arrive through it).
+    view: Option<Arc<JobView>>,
+}
+
+impl Drop for Coordinator {
+    /// The attempt is over: savepoint copies finish, requests nobody will take fail.
+    fn drop(&mut self) {
+        for copy in self.copies.drain(..) {
+            let _ = copy.join();
+        }
+        if let Some(view) = &self.view {
+            view.set_checkpointing(false);
+        }
+    }
 }
 
 /// What a tick decided.
@@ -203,6 +221,9 @@ impl Coordinator {
             acks,
             last_completed: restored,
             final_checkpoint: None,
+            savepoint: None,
+            copies: Vec::new(),
+            view: None,
         })
     }
 
@@ -245,6 +266,12 @@ impl Coordinator {
     fn fail(&mut self, view: &JobView, cause: String) {
         if let Some(f) = self.in_flight.take() {
             eprintln!("caudal: checkpoint {} failed: {cause}", f.pending.id().0);
+            if let Some((_, name)) = self.savepoint.take_if(|(id, _)| *id == f.pending.id()) {
+                view.update_savepoint(&name, |s| {
+                    s.status = "FAILED".into();
+                    s.failure = Some(format!("its checkpoint {} failed: {cause}", f.pending.id().0));
+                });
+            }
             view.record_checkpoint(CheckpointStats {
                 id: f.pending.id().0,
                 status: "FAILED".into(),
@@ -260,7 +287,7 @@ impl Coordinator {
         }
     }
 
-    fn on_ack(&mut self, ack: CheckpointAck, tasks: &[RunningTask], view: &JobView) -> Result<()> {
+    fn on_ack(&mut self, ack: CheckpointAck, tasks: &[RunningTask], view: &Arc<JobView>) -> Result<()> {
         let Some(f) = self.in_flight.as_mut() else { return Ok(()) };
         if ack.checkpoint != f.pending.id() {
             return Ok(()); // a late ack of an aborted checkpoint
@@ -295,7 +322,7 @@ impl Coordinator {
         Ok(())
     }
 
-    fn complete(&mut self, tasks: &[RunningTask], view: &JobView) -> Result<()> {
+    fn complete(&mut self, tasks: &[RunningTask], view: &Arc<JobView>) -> Result<()> {
         let Some(mut f) = self.in_flight.take() else { return Ok(()) };
         let id = f.pending.id();
         crate::crash::point(crate::crash::BEFORE_METADATA, id);
@@ -330,11 +357,52 @@ impl Coordinator {
             upload_us: f.upload.as_micros() as u64,
             failure: None,
         });
-        let retention = RetentionConfig { retained_checkpoints: self.config.retained };
-        if let Err(e) = apply_retention(self.store.as_ref(), &self.paths, &self.job, &retention) {
-            eprintln!("caudal: retention after checkpoint {}: {e}", id.0);
+        if let Some((_, name)) = self.savepoint.take_if(|(s, _)| *s == id) {
+            self.copy_to_savepoint(id, name, view);
+        }
+        // Retention must not delete files a savepoint is being copied from; it catches up
+        // at the next completion.
+        self.copies.retain(|c| !c.is_finished());
+        if self.copies.is_empty() {
+            let retention = RetentionConfig { retained_checkpoints: self.config.retained };
+            if let Err(e) = apply_retention(self.store.as_ref(), &self.paths, &self.job, &retention) {
+                eprintln!("caudal: retention after checkpoint {}: {e}", id.0);
+            }
         }
         Ok(())
+    }
+
+    /// Copies checkpoint `id` into `savepoints/<name>` on a thread of its own (a large state
+    /// takes a while to copy; checkpoints go on meanwhile).
+    fn copy_to_savepoint(&mut self, id: CheckpointId, name: String, view: &Arc<JobView>) {
+        let (store, paths, job, view) =
+            (self.store.clone(), self.paths.clone(), self.job.clone(), view.clone());
+        let copy = move || {
+            let result = caudal_checkpoints::create_savepoint(store.as_ref(), &paths, id, &name, &job);
+            match &result {
+                Ok(_) => eprintln!(
+                    "caudal: savepoint `{name}` of {} written to {}/{}savepoints/{name}",
+                    id.label(),
+                    store.location(),
+                    paths.root()
+                ),
+                Err(e) => eprintln!("caudal: savepoint `{name}` of {}: {e}", id.label()),
+            }
+            view.update_savepoint(&name, |s| match result {
+                Ok(_) => {
+                    s.status = "COMPLETED".into();
+                    s.path = Some(format!("savepoints/{name}"));
+                }
+                Err(e) => {
+                    s.status = "FAILED".into();
+                    s.failure = Some(format!("copying {}: {e}", id.label()));
+                }
+            });
+        };
+        match std::thread::Builder::new().name("savepoint-copy".into()).spawn(copy) {
+            Ok(handle) => self.copies.push(handle),
+            Err(e) => eprintln!("caudal: cannot start the savepoint copy: {e}"),
+        }
     }
 
     /// One step: collect acks, time out, trigger when due. `stop_requested`: take a final
@@ -342,9 +410,13 @@ impl Coordinator {
     pub(crate) fn tick(
         &mut self,
         tasks: &[RunningTask],
-        view: &JobView,
+        view: &Arc<JobView>,
         stop_requested: bool,
     ) -> Result<Tick> {
+        if self.view.is_none() {
+            view.set_checkpointing(true);
+            self.view = Some(view.clone());
+        }
         while let Ok(ack) = self.acks.try_recv() {
             self.on_ack(ack, tasks, view)?;
         }
@@ -376,6 +448,19 @@ impl Coordinator {
                     self.trigger(tasks, view);
                     return Ok(Tick::Continue);
                 }
+            }
+        }
+        // A requested savepoint: a checkpoint now, after the one in flight.
+        if self.in_flight.is_none() {
+            if let Some(name) = view.next_pending_savepoint() {
+                let id = self.next_id;
+                view.update_savepoint(&name, |s| {
+                    s.status = "IN_PROGRESS".into();
+                    s.checkpoint = Some(id.0);
+                });
+                self.savepoint = Some((id, name));
+                self.trigger(tasks, view);
+                return Ok(Tick::Continue);
             }
         }
         let Some(interval) = self.config.interval else { return Ok(Tick::Continue) };

@@ -59,6 +59,37 @@ pub struct CheckpointStats {
     pub failure: Option<String>,
 }
 
+/// A savepoint asked for while the job runs (REST, `caudal savepoint`), and how it went.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SavepointRequest {
+    /// The savepoint's name: it is written to `<storage>/<job>/savepoints/<name>/`.
+    pub name: String,
+    /// When it was asked for, ms since the epoch.
+    pub requested_ms: i64,
+    /// `PENDING` (waiting for the checkpoint in flight), `IN_PROGRESS`, `COMPLETED`, `FAILED`.
+    pub status: String,
+    /// The checkpoint taken for it.
+    pub checkpoint: Option<u64>,
+    /// The restore path (`--restore savepoints/<name>`) once completed.
+    pub path: Option<String>,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+}
+
+/// Why a savepoint request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SavepointRefused {
+    /// The name is not a valid savepoint name.
+    #[error("{0}")]
+    InvalidName(String),
+    /// A savepoint of that name was already asked for.
+    #[error("a savepoint named `{0}` was already requested")]
+    Duplicate(String),
+    /// The job does not checkpoint, or has ended.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// A job as seen from outside: status, plan, counters, checkpoints and failures.
 #[derive(Debug)]
 pub struct JobView {
@@ -73,6 +104,9 @@ pub struct JobView {
     status: RwLock<JobStatus>,
     failures: RwLock<Vec<FailureRecord>>,
     checkpoints: RwLock<Vec<CheckpointStats>>,
+    savepoints: RwLock<Vec<SavepointRequest>>,
+    /// Set while a checkpoint coordinator drives the job: savepoints can be taken.
+    checkpointing: std::sync::atomic::AtomicBool,
     stop: crate::StopHandle,
 }
 
@@ -99,6 +133,8 @@ impl JobView {
             status: RwLock::new(JobStatus::Created),
             failures: RwLock::new(Vec::new()),
             checkpoints: RwLock::new(Vec::new()),
+            savepoints: RwLock::new(Vec::new()),
+            checkpointing: std::sync::atomic::AtomicBool::new(false),
             stop,
         }
     }
@@ -132,6 +168,69 @@ impl JobView {
             *existing = stats;
         } else {
             c.push(stats);
+        }
+    }
+
+    /// Asks for a savepoint named `name` (`sp-<ms since the epoch>` when `None`): the
+    /// coordinator triggers a checkpoint at once (after the one in flight) and copies it to
+    /// `savepoints/<name>` when it completes. Follow it with [`Self::savepoints`].
+    pub fn request_savepoint(&self, name: Option<String>) -> Result<SavepointRequest, SavepointRefused> {
+        use std::sync::atomic::Ordering;
+        let now = now_ms();
+        let name = name.unwrap_or_else(|| format!("sp-{now}"));
+        caudal_checkpoints::CheckpointPaths::validate_savepoint_name(&name)
+            .map_err(|e| SavepointRefused::InvalidName(e.to_string()))?;
+        let status = self.status();
+        if matches!(status, JobStatus::Failed | JobStatus::Canceled | JobStatus::Finished) {
+            return Err(SavepointRefused::Unavailable(format!("job `{}` has ended ({status:?})", self.name)));
+        }
+        if !self.checkpointing.load(Ordering::SeqCst) {
+            return Err(SavepointRefused::Unavailable(format!(
+                "job `{}` does not take checkpoints now (checkpointing off, or not running): no savepoint",
+                self.name
+            )));
+        }
+        let mut savepoints = self.savepoints.write();
+        if savepoints.iter().any(|s| s.name == name) {
+            return Err(SavepointRefused::Duplicate(name));
+        }
+        let request = SavepointRequest {
+            name,
+            requested_ms: now,
+            status: "PENDING".into(),
+            checkpoint: None,
+            path: None,
+            failure: None,
+        };
+        savepoints.push(request.clone());
+        Ok(request)
+    }
+
+    /// Savepoints asked for while the job ran, oldest first.
+    pub fn savepoints(&self) -> Vec<SavepointRequest> {
+        self.savepoints.read().clone()
+    }
+
+    /// The oldest request still waiting for its checkpoint.
+    pub(crate) fn next_pending_savepoint(&self) -> Option<String> {
+        self.savepoints.read().iter().find(|s| s.status == "PENDING").map(|s| s.name.clone())
+    }
+
+    pub(crate) fn update_savepoint(&self, name: &str, update: impl FnOnce(&mut SavepointRequest)) {
+        if let Some(s) = self.savepoints.write().iter_mut().find(|s| s.name == name) {
+            update(s);
+        }
+    }
+
+    /// Whether a coordinator takes checkpoints (and so savepoints) now.
+    pub(crate) fn set_checkpointing(&self, on: bool) {
+        self.checkpointing.store(on, std::sync::atomic::Ordering::SeqCst);
+        if !on {
+            // Nobody will take them any more.
+            for s in self.savepoints.write().iter_mut().filter(|s| s.status == "PENDING") {
+                s.status = "FAILED".into();
+                s.failure = Some("the job stopped checkpointing before the savepoint was taken".into());
+            }
         }
     }
 

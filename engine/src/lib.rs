@@ -48,7 +48,7 @@ pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
-pub use job::{JobStatus, JobView};
+pub use job::{JobStatus, JobView, SavepointRefused, SavepointRequest};
 pub use operator::{Operator, OperatorContext, Sink};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,

@@ -327,6 +327,12 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(c.get("/assets/nope.js").status, 404);
     assert_eq!(c.get("/no/such/page").status, 404);
 
+    // --- savepoints: this job takes no checkpoints, so none can be asked for
+    let r = c.post(&format!("/api/v1/jobs/{JOB}/savepoints"));
+    assert!(r.error(409).contains("does not take checkpoints"), "{}", r.body);
+    assert_eq!(c.ok(&format!("/api/v1/jobs/{JOB}/savepoints"))["savepoints"], serde_json::json!([]));
+    assert!(c.post("/api/v1/jobs/no-such-job/savepoints").error(404).contains("no-such-job"));
+
     // --- cancel: accepted, and the job ends (which stops the server)
     let r = c.post(&format!("/api/v1/jobs/{JOB}/cancel"));
     assert_eq!(r.status, 202, "{}", r.body);
@@ -354,10 +360,13 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/checkpoints", "get"),
         ("/api/v1/jobs/{name}/kafka", "get"),
         ("/api/v1/jobs/{name}/cancel", "post"),
+        ("/api/v1/jobs/{name}/savepoints", "get"),
+        ("/api/v1/jobs/{name}/savepoints", "post"),
         ("/api/v1/openapi.json", "get"),
         ("/metrics", "get"),
     ];
-    assert_eq!(paths.len(), want.len(), "{paths:?}");
+    let distinct: std::collections::BTreeSet<&str> = want.iter().map(|(p, _)| *p).collect();
+    assert_eq!(paths.len(), distinct.len(), "{paths:?}");
     for (path, method) in want {
         let op = &doc["paths"][path][method];
         assert!(op.is_object(), "{method} {path} is not documented");

@@ -1,4 +1,4 @@
-//! Savepoints (on stop and from the CLI), the S3 checkpoint storage (a kill and a restore
+//! Savepoints (on stop, from the CLI and through the REST API of a running job), the S3 checkpoint storage (a kill and a restore
 //! through a real S3 server), and bad checkpoint files (truncated SST, bad metadata, wrong
 //! job): errors name the file and the checkpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -84,6 +84,72 @@ fn savepoint_cli_copies_the_latest_checkpoint_and_the_job_restores_from_it() {
     let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 2), Some("savepoints/sp1"), &[]));
     assert!(status.success(), "{err}");
     assert_equals_clean(&d, "restored from a CLI savepoint");
+}
+
+/// `POST /api/v1/jobs/temperature/savepoints` on a running job: a checkpoint is taken at once
+/// (the interval is a minute) and copied to `savepoints/<name>`; the job is then killed, and
+/// restoring the savepoint at another parallelism publishes exactly the clean output.
+#[test]
+fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
+    let d = dirs();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut args: Vec<String> = base_args(&d.out, &d.ckpt, 2)
+        .into_iter()
+        .map(|a| if a == "0.3" { "60".into() } else { a }) // --checkpoint-interval
+        .filter(|a| a != "--no-ui")
+        .collect();
+    args.extend(["--ui-bind".into(), format!("127.0.0.1:{port}")]);
+    let mut child = spawn(&args, false, &[]);
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
+    let url = format!("http://127.0.0.1:{port}/api/v1/jobs/temperature/savepoints");
+    let post = |body: &str| {
+        let mut r = agent.post(&url).content_type("application/json").send(body).unwrap();
+        let status = r.status().as_u16();
+        let body: serde_json::Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        (status, body)
+    };
+    let start = Instant::now();
+    let (status, body) = loop {
+        match agent.post(&url).content_type("application/json").send(r#"{"name": "mid-run"}"#) {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                break (status, r.body_mut().read_to_string().unwrap());
+            }
+            Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("the job's API did not come up: {e}"),
+        }
+    };
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = post(r#"{"name": "mid-run"}"#);
+    assert_eq!(status, 409, "a second request of the same name: {body}");
+    let (status, body) = post(r#"{"name": "../escape"}"#);
+    assert!(status == 400 && body["error"].as_str().unwrap().contains("`name`"), "{body}");
+    let (status, body) = post(r#"{"nmae": "typo"}"#);
+    assert!(status == 400 && body["error"].as_str().unwrap().contains("`body`"), "{body}");
+    let savepoint = loop {
+        let mut r = agent.get(&url).call().unwrap();
+        let list: serde_json::Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        let sp = list["savepoints"][0].clone();
+        assert_eq!(sp["name"], "mid-run", "{list}");
+        match sp["status"].as_str().unwrap() {
+            "COMPLETED" => break sp,
+            "PENDING" | "IN_PROGRESS" => {}
+            other => panic!("savepoint {other}: {list}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "the savepoint did not complete: {list}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(savepoint["path"], "savepoints/mid-run");
+    assert!(d.ckpt.join("temperature/savepoints/mid-run/_metadata").exists());
+    assert!(child.try_wait().unwrap().is_none(), "the job ended before the savepoint was taken");
+    child.kill().unwrap();
+    wait(child);
+    let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 3), Some("savepoints/mid-run"), &[]));
+    assert!(status.success(), "{err}");
+    assert_equals_clean(&d, "restored from a savepoint taken through the API");
 }
 
 /// The S3 test stack's settings, or `None` (the test then says why and passes) unless

@@ -95,17 +95,24 @@ impl CheckpointPaths {
 
     /// `savepoints/<name>`; the name must be a path-safe token.
     pub fn savepoint_dir(&self, name: &str) -> Result<String> {
+        Self::validate_savepoint_name(name)?;
+        Ok(format!("{}savepoints/{name}", self.root))
+    }
+
+    /// A savepoint name is 1-128 characters of `[A-Za-z0-9._-]`, not starting with a dot.
+    pub fn validate_savepoint_name(name: &str) -> Result<()> {
         let ok = !name.is_empty()
             && name.len() <= 128
             && !name.starts_with('.')
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !ok {
-            return Err(Error::config(
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::config(
                 "savepoint name",
                 format!("`{name}` must be 1-128 characters of [A-Za-z0-9._-]"),
-            ));
+            ))
         }
-        Ok(format!("{}savepoints/{name}", self.root))
     }
 
     /// `savepoints/<name>/_metadata`

@@ -6,7 +6,7 @@ use super::views::{
     status_name, CancelView, CheckpointsView, ErrorBody, JobDetail, JobList, JobSummary, MetricsView,
     WatermarksView, ALL_STATUSES, MAX_HISTORY_SECS,
 };
-use super::{assets, prometheus};
+use super::{assets, prometheus, savepoints};
 use crate::job::now_ms;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -21,8 +21,8 @@ use std::time::Duration;
 /// The OpenAPI 3 document of every endpoint.
 pub(crate) const OPENAPI_JSON: &str = include_str!("openapi.json");
 
-type Reg = State<Arc<JobRegistry>>;
-type Params = Result<Query<BTreeMap<String, String>>, QueryRejection>;
+pub(super) type Reg = State<Arc<JobRegistry>>;
+pub(super) type Params = Result<Query<BTreeMap<String, String>>, QueryRejection>;
 
 /// An error answered as `{ "error": "..." }` with its status code.
 #[derive(Debug)]
@@ -36,15 +36,19 @@ impl ApiError {
         ApiError { status: StatusCode::NOT_FOUND, message: message.into() }
     }
 
-    fn bad_parameter(name: &str, message: impl std::fmt::Display) -> Self {
+    pub(super) fn bad_parameter(name: &str, message: impl std::fmt::Display) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: format!("invalid parameter `{name}`: {message}"),
         }
     }
 
-    fn no_job(name: &str) -> Self {
+    pub(super) fn no_job(name: &str) -> Self {
         Self::not_found(format!("no job named `{name}`"))
+    }
+
+    pub(super) fn conflict(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::CONFLICT, message: message.into() }
     }
 }
 
@@ -66,6 +70,7 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/checkpoints", get(job_checkpoints))
         .route("/jobs/{name}/kafka", get(job_kafka))
         .route("/jobs/{name}/cancel", post(cancel_job))
+        .route("/jobs/{name}/savepoints", get(savepoints::list).post(savepoints::trigger))
         .route("/openapi.json", get(openapi));
     Router::new()
         .nest("/api/v1", api)
@@ -79,7 +84,7 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
 }
 
 /// Query parameters, rejecting any that is not in `known`.
-fn params(query: Params, known: &[&str]) -> Result<BTreeMap<String, String>, ApiError> {
+pub(super) fn params(query: Params, known: &[&str]) -> Result<BTreeMap<String, String>, ApiError> {
     let Query(map) = query.map_err(|e| ApiError {
         status: StatusCode::BAD_REQUEST,
         message: format!("malformed query string: {}", e.body_text()),
@@ -91,7 +96,7 @@ fn params(query: Params, known: &[&str]) -> Result<BTreeMap<String, String>, Api
     Ok(map)
 }
 
-fn job_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+pub(super) fn job_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
     path.map(|Path(name)| name).map_err(|e| ApiError::bad_parameter("name", e.body_text()))
 }
 

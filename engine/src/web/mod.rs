@@ -27,10 +27,12 @@ mod assets;
 mod kafka;
 pub mod prometheus;
 mod registry;
+mod savepoints;
 mod server;
 mod views;
 
 pub use registry::{JobRegistry, HISTORY_SAMPLES, SAMPLE_INTERVAL};
+pub use savepoints::SavepointsView;
 pub use server::WebServer;
 
 /// The OpenAPI 3 document served at `/api/v1/openapi.json`.
