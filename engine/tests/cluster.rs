@@ -394,10 +394,11 @@ fn an_executor_crashing_inside_a_checkpoint() {
     assert_equals_clean(&out, "executor crashed inside checkpoint 3");
 }
 
-/// `caudal stop` takes a final checkpoint and ends the job; `submit --restore latest`
-/// continues from it (here at another parallelism) to the clean run's output.
+/// `caudal savepoint` while the job runs; `caudal stop --savepoint` takes a final checkpoint,
+/// copies it to a savepoint and ends the job; `submit --restore savepoints/final` continues
+/// from it (here at another parallelism) to the clean run's output.
 #[test]
-fn a_stopped_job_resumes_from_its_final_checkpoint() {
+fn savepoints_of_a_cluster_job_and_a_stopped_job_resumed_from_its_final_savepoint() {
     clean();
     let mut c = Cluster::start(&[]);
     c.start_taskmanager("tm-1", 2);
@@ -412,15 +413,28 @@ fn a_stopped_job_resumes_from_its_final_checkpoint() {
     c.wait_job("temperature", 30, "running with a checkpoint", |j| {
         status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
     });
-    let o = c.cli(&["stop", "temperature", "--wait", "--jobmanager", &c.url()]);
+    // A savepoint while it runs: `caudal savepoint` waits and prints the restore path.
+    let o = c.cli(&["savepoint", "temperature", "--name", "mid-run", "--jobmanager", &c.url()]);
+    assert!(o.status.success(), "{}{}", stderr(&o), c.logs());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "savepoints/mid-run");
+    let savepoints = c.dir.path().join("ckpt/temperature/savepoints");
+    assert!(savepoints.join("mid-run/_metadata").exists());
+    let o = c.cli(&["savepoint", "temperature", "--name", "mid-run", "--jobmanager", &c.url()]);
+    assert!(!o.status.success() && stderr(&o).contains("already requested"), "{}", stderr(&o));
+    let o = c.cli(&["stop", "temperature", "--savepoint", "../bad", "--jobmanager", &c.url()]);
+    assert!(!o.status.success() && stderr(&o).contains("savepoint name"), "{}", stderr(&o));
+    let o = c.cli(&["stop", "temperature", "--savepoint", "final", "--wait", "--jobmanager", &c.url()]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success() && text.contains("resume with --restore latest"), "{text}{}", stderr(&o));
+    assert!(text.contains("--restore savepoints/final"), "{text}");
+    assert!(savepoints.join("final/_metadata").exists());
     let partial = published(&out, "readings").len();
     assert!(partial > 0 && partial < clean().1.len(), "stopped mid-run: {partial} readings published");
     let o = Command::new(caudal())
         .arg("submit")
         .arg(temperature())
-        .args(["--jobmanager", &c.url(), "--parallelism", "3", "--restore", "latest", "--wait", "--"])
+        .args(["--jobmanager", &c.url(), "--parallelism", "3", "--restore", "savepoints/final", "--wait"])
+        .arg("--")
         .args(job_args(&out))
         .output()
         .unwrap();

@@ -1,4 +1,5 @@
-//! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `stop`, `cancel`.
+//! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `savepoint`,
+//! `stop`, `cancel`.
 
 use super::client::JobManagerClient;
 use super::jobmanager::submit::SubmitRequest;
@@ -100,10 +101,32 @@ enum Commands {
         #[arg(long, default_value = "http://127.0.0.1:8081")]
         jobmanager: String,
     },
+    /// Take a savepoint of a running job: a checkpoint now, copied to
+    /// `<checkpoint-dir>/<job>/savepoints/<name>/` and kept until deleted; prints its restore
+    /// path (`submit --restore savepoints/<name>`).
+    Savepoint {
+        /// The job's name.
+        job: String,
+        /// The savepoint's name (default: `sp-<ms since the epoch>`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Return once asked for, without waiting for it to be written.
+        #[arg(long)]
+        detach: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        /// The job manager's HTTP URL (or an embedded job's UI address).
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        jobmanager: String,
+    },
     /// Stop a job: take a final checkpoint, then end it (`submit --restore latest` resumes it).
     Stop {
         /// The job's name.
         job: String,
+        /// Also copy the final checkpoint to the savepoint NAME (kept until deleted).
+        #[arg(long, value_name = "NAME")]
+        savepoint: Option<String>,
         /// Wait until it has stopped.
         #[arg(long)]
         wait: bool,
@@ -226,9 +249,45 @@ fn run(command: Commands) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Commands::Stop { job, wait, jobmanager } => {
+        Commands::Savepoint { job, name, detach, timeout_secs, jobmanager } => {
             let client = JobManagerClient::new(&jobmanager)?;
-            let view = client.stop(&job)?;
+            let asked = client.trigger_savepoint(&job, name.as_deref())?;
+            eprintln!("savepoint `{}` of job `{job}` requested", asked.name);
+            if detach {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                let list = client.savepoints(&job)?;
+                let Some(sp) = list.into_iter().find(|s| s.name == asked.name) else {
+                    return Err(Error::Cluster(format!("savepoint `{}` disappeared", asked.name)));
+                };
+                match sp.status.as_str() {
+                    "COMPLETED" => {
+                        println!("{}", sp.path.unwrap_or_default());
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    "FAILED" => {
+                        return Err(Error::Cluster(format!(
+                            "savepoint `{}` failed: {}",
+                            sp.name,
+                            sp.failure.unwrap_or_default()
+                        )))
+                    }
+                    _ if std::time::Instant::now() > deadline => {
+                        return Err(Error::Cluster(format!(
+                            "savepoint `{}` not written after {timeout_secs} s (status {})",
+                            sp.name, sp.status
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Commands::Stop { job, savepoint, wait, jobmanager } => {
+            let client = JobManagerClient::new(&jobmanager)?;
+            let view = client.stop(&job, savepoint.as_deref())?;
             println!("stopping job `{}` (was {:?})", view.name, view.status);
             if !wait {
                 return Ok(ExitCode::SUCCESS);

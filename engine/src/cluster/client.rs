@@ -5,6 +5,7 @@ use super::blob::{sha256_of_file, BlobStore};
 use super::jobmanager::http::ClusterInfo;
 use super::jobmanager::submit::SubmitRequest;
 use super::jobmanager::ClusterJobView;
+use crate::job::SavepointRequest;
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -88,11 +89,37 @@ impl JobManagerClient {
         )
     }
 
-    pub(crate) fn stop(&self, job: &str) -> Result<ClusterJobView> {
+    /// Stops `job` after a final checkpoint, copied to `savepoints/<savepoint>` if given.
+    pub(crate) fn stop(&self, job: &str, savepoint: Option<&str>) -> Result<ClusterJobView> {
+        let body = serde_json::json!({ "savepoint": savepoint }).to_string();
         self.answer(
             &format!("stop `{job}`"),
-            self.agent.post(format!("{}/api/v1/cluster/jobs/{job}/stop", self.base)).send_empty(),
+            self.agent
+                .post(format!("{}/api/v1/cluster/jobs/{job}/stop", self.base))
+                .content_type("application/json")
+                .send(body),
         )
+    }
+
+    /// Asks `job` for a savepoint (`name`, or one the job chooses).
+    pub(crate) fn trigger_savepoint(&self, job: &str, name: Option<&str>) -> Result<SavepointRequest> {
+        let body = serde_json::json!({ "name": name }).to_string();
+        self.answer(
+            &format!("savepoint of `{job}`"),
+            self.agent
+                .post(format!("{}/api/v1/jobs/{job}/savepoints", self.base))
+                .content_type("application/json")
+                .send(body),
+        )
+    }
+
+    /// The savepoints asked of `job`.
+    pub(crate) fn savepoints(&self, job: &str) -> Result<Vec<SavepointRequest>> {
+        let view: crate::web::SavepointsView = self.answer(
+            &format!("savepoints of `{job}`"),
+            self.agent.get(format!("{}/api/v1/jobs/{job}/savepoints", self.base)).call(),
+        )?;
+        Ok(view.savepoints)
     }
 
     /// Uploads the binary at `path` (streamed) and returns its sha256.

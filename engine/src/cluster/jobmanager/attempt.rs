@@ -396,6 +396,14 @@ impl Attempt<'_> {
                 }
             }
             if self.execs.iter().all(|e| e.finished) {
+                let savepoint = job.stop_savepoint.lock().clone().filter(|_| job.stop.load(Ordering::SeqCst));
+                if let Some(name) = savepoint {
+                    let written = match &coordinator {
+                        Some(c) => c.savepoint_of_final_checkpoint(&name).map_err(|e| e.to_string()),
+                        None => Err("the job takes no checkpoints".to_string()),
+                    };
+                    job.state.lock().stop_savepoint = Some(written);
+                }
                 return Outcome::Finished;
             }
             if last_sent.elapsed() >= HEARTBEAT_INTERVAL {

@@ -77,6 +77,11 @@ pub(crate) fn drive(cluster: Arc<Cluster>, job: Arc<ClusterJob>) {
                     }
                     None => "stopped (no checkpoint taken)".to_string(),
                 };
+                let detail = match job.state.lock().stop_savepoint.clone() {
+                    Some(Ok(path)) => format!("{detail}; savepoint written: resume with --restore {path}"),
+                    Some(Err(cause)) => format!("{detail}; the savepoint was NOT written: {cause}"),
+                    None => detail,
+                };
                 return finish(&cluster, &job, JobStatus::Finished, detail);
             }
             Outcome::Finished => return finish(&cluster, &job, JobStatus::Finished, "finished".into()),

@@ -8,7 +8,9 @@
 //! | GET | `/api/v1/cluster/jobs` | every job: status, detail, attempts, failures |
 //! | POST | `/api/v1/cluster/jobs` | submit ([`SubmitRequest`]) |
 //! | POST | `/api/v1/cluster/jobs/{name}/cancel` | cancel |
-//! | POST | `/api/v1/cluster/jobs/{name}/stop` | final checkpoint, then stop (resumable) |
+//! | POST | `/api/v1/cluster/jobs/{name}/stop` | final checkpoint, then stop (resumable); body `{"savepoint": "NAME"}` (optional) also copies it to `savepoints/NAME` |
+//!
+//! Savepoints of a running job: `POST /api/v1/jobs/{name}/savepoints` (the jobs' REST API).
 
 use super::job::{is_final, ClusterJobView};
 use super::submit::{submit, Refused, SubmitRequest};
@@ -159,13 +161,37 @@ async fn cancel(State(c): St, Path(name): Path<String>) -> Response {
     (StatusCode::ACCEPTED, Json(job.summary())).into_response()
 }
 
-async fn stop(State(c): St, Path(name): Path<String>) -> Response {
+/// The body of a stop (optional).
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StopRequest {
+    /// Also copy the final checkpoint to `savepoints/<name>` (kept until deleted).
+    pub savepoint: Option<String>,
+}
+
+async fn stop(State(c): St, Path(name): Path<String>, body: axum::body::Bytes) -> Response {
     let Some(job) = c.jobs.lock().get(&name).cloned() else {
         return error(StatusCode::NOT_FOUND, format!("no job named `{name}`"));
     };
+    let request: StopRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        StopRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid stop request: {e}")),
+        }
+    };
+    if let Some(savepoint) = &request.savepoint {
+        if let Err(e) = caudal_checkpoints::CheckpointPaths::validate_savepoint_name(savepoint) {
+            return error(StatusCode::BAD_REQUEST, e.to_string());
+        }
+    }
     let status = job.view.status();
     if is_final(status) {
         return error(StatusCode::CONFLICT, format!("job `{name}` has already ended ({status:?})"));
+    }
+    if request.savepoint.is_some() {
+        *job.stop_savepoint.lock() = request.savepoint;
     }
     job.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     (StatusCode::ACCEPTED, Json(job.summary())).into_response()

@@ -93,6 +93,8 @@ pub(crate) struct JobState {
     /// Task managers running the current attempt.
     pub(crate) task_managers: Vec<String>,
     pub(crate) last_checkpoint: Option<u64>,
+    /// The savepoint a stop asked for, once written (`savepoints/<name>`) or failed.
+    pub(crate) stop_savepoint: Option<Result<String, String>>,
 }
 
 /// A job of the cluster.
@@ -105,6 +107,8 @@ pub(crate) struct ClusterJob {
     pub(crate) cancel: Arc<AtomicBool>,
     /// Set by `caudal stop`: take a final checkpoint, then end (resumable with `--restore latest`).
     pub(crate) stop: AtomicBool,
+    /// The savepoint `caudal stop --savepoint NAME` asked for (copied from the final checkpoint).
+    pub(crate) stop_savepoint: Mutex<Option<String>>,
     pub(crate) state: Mutex<JobState>,
     /// Per operator id, per subtask: the counters the executors report (the UI reads them).
     counters: Vec<Vec<Arc<SubtaskMetrics>>>,
@@ -128,6 +132,7 @@ impl ClusterJob {
             view,
             cancel,
             stop: AtomicBool::new(false),
+            stop_savepoint: Mutex::new(None),
             state: Mutex::new(JobState::default()),
             counters,
         }
