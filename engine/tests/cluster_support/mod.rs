@@ -1,0 +1,230 @@
+//! A cluster of real processes on loopback for tests: a job manager (`caudal jobmanager`)
+//! and task managers (`caudal taskmanager`) logging into a temp directory, the job binaries
+//! cargo builds next to `caudal`, and helpers to submit, watch and SIGKILL them. Shared by
+//! engine/tests/cluster.rs and the Kafka cluster tests of caudal-tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+/// The directory cargo puts the workspace's binaries in (the test binary is in its `deps/`).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+pub fn caudal() -> PathBuf {
+    let p = bin_dir().join("caudal");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it with `cargo build -p caudal-engine --bin caudal`",
+        p.display()
+    );
+    p
+}
+
+pub fn temperature() -> PathBuf {
+    let p = bin_dir().join("temperature");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with `cargo build -p caudal-jobs --bin temperature` \
+         (`cargo test --workspace` builds it)",
+        p.display()
+    );
+    p
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A job manager and task managers, each a process logging into the test's directory.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub http: u16,
+    pub rpc: u16,
+    pub jm_flags: Vec<String>,
+    pub jm: Option<Child>,
+    pub tms: Vec<(String, Child)>,
+    pub agent: ureq::Agent,
+}
+
+impl Cluster {
+    pub fn start(jm_flags: &[&str]) -> Cluster {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            http: free_port(),
+            rpc: free_port(),
+            jm_flags: jm_flags.iter().map(|s| s.to_string()).collect(),
+            jm: None,
+            tms: Vec::new(),
+            agent,
+        };
+        c.start_jobmanager();
+        c
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    pub fn log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .unwrap()
+    }
+
+    /// Every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for e in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                s += &format!(
+                    "\n--- {} ---\n{}",
+                    e.path().display(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default()
+                );
+            }
+        }
+        s
+    }
+
+    pub fn start_jobmanager(&mut self) {
+        let d = self.dir.path();
+        let child = Command::new(caudal())
+            .args(["jobmanager", "--bind", &format!("127.0.0.1:{}", self.http)])
+            .args(["--rpc-bind", &format!("127.0.0.1:{}", self.rpc)])
+            .args(["--checkpoint-dir", &d.join("ckpt").display().to_string()])
+            .args(["--data-dir", &d.join("jm").display().to_string()])
+            .args(["--heartbeat-timeout-ms", "2000", "--restart-backoff-ms", "200"])
+            .args(&self.jm_flags)
+            .stdout(self.log("jobmanager"))
+            .stderr(self.log("jobmanager"))
+            .spawn()
+            .unwrap();
+        self.jm = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.get("/api/v1/cluster").is_none() {
+            assert!(Instant::now() < deadline, "the job manager did not come up:{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn start_taskmanager(&mut self, name: &str, slots: u32) {
+        self.start_taskmanager_with_env(name, slots, &[]);
+    }
+
+    /// A task manager whose executors inherit `env` (e.g. a crash point).
+    pub fn start_taskmanager_with_env(&mut self, name: &str, slots: u32, env: &[(&str, &str)]) {
+        let child = Command::new(caudal())
+            .envs(env.iter().copied())
+            .args(["taskmanager", "--jobmanager", &self.url(), "--slots", &slots.to_string(), "--name", name])
+            .args(["--data-dir", &self.dir.path().join(name).display().to_string()])
+            .args(["--heartbeat-timeout-ms", "2000"])
+            .stdout(self.log(name))
+            .stderr(self.log(name))
+            .spawn()
+            .unwrap();
+        self.tms.push((name.to_string(), child));
+    }
+
+    pub fn wait_for_task_managers(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let info = self.get("/api/v1/cluster");
+            if info.as_ref().is_some_and(|i| i["task_managers"].as_array().unwrap().len() == n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} task managers did not register: {info:?}{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Option<Value> {
+        let mut r = self.agent.get(format!("{}{path}", self.url())).call().ok()?;
+        if r.status() != 200 {
+            return None;
+        }
+        r.body_mut().read_json().ok()
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(caudal()).args(args).output().unwrap()
+    }
+
+    pub fn submit(&self, parallelism: u32, job_args: &[String]) -> Output {
+        Command::new(caudal())
+            .arg("submit")
+            .arg(temperature())
+            .args(["--jobmanager", &self.url(), "--parallelism", &parallelism.to_string(), "--"])
+            .args(job_args)
+            .output()
+            .unwrap()
+    }
+
+    pub fn job(&self, name: &str) -> Option<Value> {
+        self.get("/api/v1/cluster/jobs")?.as_array()?.iter().find(|j| j["name"] == name).cloned()
+    }
+
+    /// Waits until `pred` holds for the job; panics with the logs after `secs`.
+    pub fn wait_job(&self, name: &str, secs: u64, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let job = self.job(name);
+            if let Some(j) = job.as_ref().filter(|j| pred(j)) {
+                return j.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job `{name}`: not {what} after {secs}s: {job:#?}{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill_taskmanager(&mut self, name: &str) {
+        let i =
+            self.tms.iter().position(|(n, _)| n == name).unwrap_or_else(|| panic!("no task manager {name}"));
+        let (_, mut child) = self.tms.remove(i);
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    pub fn kill_jobmanager(&mut self) {
+        let mut jm = self.jm.take().unwrap();
+        jm.kill().unwrap(); // SIGKILL
+        jm.wait().unwrap();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.tms {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(jm) = &mut self.jm {
+            let _ = jm.kill();
+            let _ = jm.wait();
+        }
+    }
+}
+
+pub fn status(job: &Value) -> &str {
+    job["status"].as_str().unwrap_or_default()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}

@@ -1,0 +1,135 @@
+//! Cluster mode with Kafka in and out, against the real broker and schema registry: the
+//! temperature job reads Avro readings from a 4-partition topic and writes readings and
+//! window statistics through Kafka transactions, at parallelism 4 over three task managers.
+//! One task manager is SIGKILLed mid-run; the job recovers on the others, and a
+//! `read_committed` consumer sees exactly what an uninterrupted embedded run wrote.
+//!
+//! Needs `CAUDAL_KAFKA_BROKERS` and `CAUDAL_SCHEMA_REGISTRY` (`scripts/services.sh start`);
+//! without them the test says so and passes, unless `CAUDAL_REQUIRE_STACK` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../jobs/tests/kafka_support/mod.rs"]
+mod kafka_support;
+
+#[path = "../../engine/tests/cluster_support/mod.rs"]
+mod cluster_support;
+
+use cluster_support::{status, stderr, temperature, Cluster};
+use kafka_support::{create_topic, read_committed, stack, unique, Stack};
+use std::process::Command;
+
+const READINGS: u64 = 40_000;
+
+/// Readings and windows, each as sorted (key, Avro payload without the 5-byte header: the
+/// runs write to distinct subjects, so schema ids differ).
+type Output = (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
+
+fn published(stack: &Stack, readings: &str, windows: &str) -> Output {
+    let strip = |records: Vec<(Vec<u8>, Vec<u8>)>| {
+        let mut v: Vec<_> =
+            records.into_iter().map(|(k, v)| (k, v.get(5..).unwrap_or_default().to_vec())).collect();
+        v.sort();
+        v
+    };
+    (strip(read_committed(stack, readings)), strip(read_committed(stack, windows)))
+}
+
+/// The job's flags: Kafka in (bounded, at most 8,000 readings/s so the run lasts ~5 s) and
+/// Kafka out (exactly-once), its own output topics and transactional ids.
+fn job_args(stack: &Stack, input: &str, readings: &str, windows: &str) -> Vec<String> {
+    [
+        "--source",
+        "kafka",
+        "--input-topic",
+        input,
+        "--bounded",
+        "--max-records-per-second",
+        "8000",
+        "--sink",
+        "kafka",
+        "--output-topic",
+        readings,
+        "--windows-topic",
+        windows,
+        "--transactional-id-prefix",
+        readings,
+        "--brokers",
+        &stack.brokers,
+        "--schema-registry",
+        &stack.registry,
+        "--window-secs",
+        "10",
+        "--checkpoint-interval",
+        "0.3",
+        "--progress-secs",
+        "0",
+        "--no-ui",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn topics(stack: &Stack, name: &str) -> (String, String) {
+    let (readings, windows) = (unique(&format!("{name}-readings")), unique(&format!("{name}-windows")));
+    create_topic(stack, &readings, 2);
+    create_topic(stack, &windows, 2);
+    (readings, windows)
+}
+
+#[test]
+fn a_killed_task_manager_with_kafka_in_and_out_commits_exactly_the_clean_output() {
+    let Some(stack) = stack() else { return };
+    let input = unique("cluster-in");
+    create_topic(&stack, &input, 4);
+    let o = Command::new(temperature())
+        .args(["produce", "--topic", &input, "--sensors", "100", "--rate", "0", "--seed", "9"])
+        .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "produce failed: {}", stderr(&o));
+
+    // The uninterrupted embedded run.
+    let (clean_r, clean_w) = topics(&stack, "cluster-clean");
+    let ckpt = tempfile::tempdir().unwrap();
+    let o = Command::new(temperature())
+        .args(job_args(&stack, &input, &clean_r, &clean_w))
+        .args(["--parallelism", "4", "--checkpoint-dir"])
+        .arg(ckpt.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "clean run failed: {}", stderr(&o));
+    let clean = published(&stack, &clean_r, &clean_w);
+    assert!(clean.0.len() as u64 > READINGS * 9 / 10, "clean run wrote {} readings", clean.0.len());
+    assert!(clean.1.len() > 100, "clean run wrote {} windows", clean.1.len());
+
+    // The cluster run, losing a task manager.
+    let (readings, windows) = topics(&stack, "cluster-killed");
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(3);
+    let o = c.submit(4, &job_args(&stack, &input, &readings, &windows));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let placed = running["task_managers"].as_array().unwrap();
+    let victim = placed[1].as_str().unwrap().to_string();
+    c.kill_taskmanager(&victim);
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "the kill came after the end: {done:#}");
+    let got = published(&stack, &readings, &windows);
+    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+        let dups = got.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!(
+            got == want,
+            "task manager {victim} killed: {name} differ from the clean run: {} vs {} ({dups} duplicated){}",
+            got.len(),
+            want.len(),
+            c.logs()
+        );
+    }
+}
