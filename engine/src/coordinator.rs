@@ -6,7 +6,6 @@
 //! file is the I/O edge: channels to tasks and the checkpoint store.
 
 use crate::config::{CheckpointConfig, RestoreFrom};
-use crate::graph::JobPlan;
 use crate::job::{now_ms, CheckpointStats, JobView};
 use crate::runtime::executor::{RestoredState, RunningTask};
 use crate::runtime::task::{CheckpointAck, TaskCommand};
@@ -156,7 +155,7 @@ pub(crate) struct Coordinator {
     savepoint: Option<(CheckpointId, String)>,
     /// Savepoints being copied out of their checkpoint (retention waits for them).
     copies: Vec<std::thread::JoinHandle<()>>,
-    /// The job's view, from the first tick on (savepoint requests arrive through it).
+    /// The job's view: savepoint requests arrive through it, and it says whether they can.
     view: Option<Arc<JobView>>,
 }
 
@@ -186,11 +185,11 @@ impl Coordinator {
         store: Arc<dyn CheckpointStore>,
         paths: CheckpointPaths,
         config: CheckpointConfig,
-        job: &str,
-        plan: &JobPlan,
         acks: Receiver<CheckpointAck>,
         restored: Option<CheckpointId>,
+        view: Arc<JobView>,
     ) -> Result<Self> {
+        let plan = &view.plan;
         RetentionConfig { retained_checkpoints: config.retained }
             .validate()
             .map_err(|e| Error::config("checkpoints.retained", e.to_string()))?;
@@ -208,11 +207,12 @@ impl Coordinator {
         let next_id = last
             .map_or(CheckpointId(1), CheckpointId::next)
             .max(restored.map_or(CheckpointId(1), CheckpointId::next));
+        view.set_checkpointing(true);
         Ok(Coordinator {
             store,
             paths,
             config,
-            job: job.to_string(),
+            job: view.name.clone(),
             max_parallelism: u16::try_from(plan.max_parallelism).unwrap_or(u16::MAX),
             operators,
             next_id,
@@ -223,7 +223,7 @@ impl Coordinator {
             final_checkpoint: None,
             savepoint: None,
             copies: Vec::new(),
-            view: None,
+            view: Some(view),
         })
     }
 
@@ -413,10 +413,6 @@ impl Coordinator {
         view: &Arc<JobView>,
         stop_requested: bool,
     ) -> Result<Tick> {
-        if self.view.is_none() {
-            view.set_checkpointing(true);
-            self.view = Some(view.clone());
-        }
         while let Ok(ack) = self.acks.try_recv() {
             self.on_ack(ack, tasks, view)?;
         }

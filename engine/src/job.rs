@@ -107,7 +107,12 @@ pub struct JobView {
     savepoints: RwLock<Vec<SavepointRequest>>,
     /// Set while a checkpoint coordinator drives the job: savepoints can be taken.
     checkpointing: std::sync::atomic::AtomicBool,
+    /// Ends the job at once (no final checkpoint in cluster mode; embedded: as `stop`).
+    cancel: crate::StopHandle,
+    /// Ends the job after a final checkpoint.
     stop: crate::StopHandle,
+    /// The savepoint a stop asked for (copied from the final checkpoint).
+    stop_savepoint: RwLock<Option<String>>,
 }
 
 /// Milliseconds since the epoch.
@@ -123,6 +128,7 @@ impl JobView {
         name: &str,
         plan: JobPlan,
         metrics: Arc<MetricsRegistry>,
+        cancel: crate::StopHandle,
         stop: crate::StopHandle,
     ) -> Self {
         JobView {
@@ -135,7 +141,9 @@ impl JobView {
             checkpoints: RwLock::new(Vec::new()),
             savepoints: RwLock::new(Vec::new()),
             checkpointing: std::sync::atomic::AtomicBool::new(false),
+            cancel,
             stop,
+            stop_savepoint: RwLock::new(None),
         }
     }
 
@@ -234,8 +242,31 @@ impl JobView {
         }
     }
 
-    /// Ask the job to stop cleanly.
+    /// Ask the job to end now.
     pub fn cancel(&self) {
+        self.cancel.stop();
+    }
+
+    /// Ask the job to stop after a final checkpoint, copied to `savepoints/<savepoint>` if
+    /// given (then the job must be taking checkpoints).
+    pub fn request_stop(&self, savepoint: Option<String>) -> Result<(), SavepointRefused> {
+        if let Some(name) = &savepoint {
+            caudal_checkpoints::CheckpointPaths::validate_savepoint_name(name)
+                .map_err(|e| SavepointRefused::InvalidName(e.to_string()))?;
+            if !self.checkpointing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(SavepointRefused::Unavailable(format!(
+                    "job `{}` does not take checkpoints now: it cannot stop with a savepoint",
+                    self.name
+                )));
+            }
+            *self.stop_savepoint.write() = savepoint;
+        }
         self.stop.stop();
+        Ok(())
+    }
+
+    /// The savepoint a stop asked for.
+    pub fn stop_savepoint(&self) -> Option<String> {
+        self.stop_savepoint.read().clone()
     }
 }

@@ -146,6 +146,10 @@ impl Client {
     fn post(&self, path: &str) -> Reply {
         Self::finish(self.agent.post(format!("{}{path}", self.base)).send_empty().unwrap())
     }
+    fn post_json(&self, path: &str, body: &str) -> Reply {
+        let request = self.agent.post(format!("{}{path}", self.base)).content_type("application/json");
+        Self::finish(request.send(body).unwrap())
+    }
     fn ok(&self, path: &str) -> Value {
         let r = self.get(path);
         assert_eq!(r.status, 200, "GET {path}: {}", r.body);
@@ -332,6 +336,13 @@ fn every_endpoint_against_a_running_job() {
     assert!(r.error(409).contains("does not take checkpoints"), "{}", r.body);
     assert_eq!(c.ok(&format!("/api/v1/jobs/{JOB}/savepoints"))["savepoints"], serde_json::json!([]));
     assert!(c.post("/api/v1/jobs/no-such-job/savepoints").error(404).contains("no-such-job"));
+    // … nor stop with one (the job keeps running); a bad name or body is a 400 naming it.
+    let stop = format!("/api/v1/jobs/{JOB}/stop");
+    let r = c.post_json(&stop, r#"{"savepoint": "kept"}"#);
+    assert!(r.error(409).contains("does not take checkpoints"), "{}", r.body);
+    assert!(c.post_json(&stop, r#"{"savepoint": "a/b"}"#).error(400).contains("`name`"));
+    assert!(c.post_json(&stop, r#"{"save": "x"}"#).error(400).contains("`body`"));
+    assert!(c.post("/api/v1/jobs/no-such-job/stop").error(404).contains("no-such-job"));
 
     // --- cancel: accepted, and the job ends (which stops the server)
     let r = c.post(&format!("/api/v1/jobs/{JOB}/cancel"));
@@ -362,6 +373,7 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/cancel", "post"),
         ("/api/v1/jobs/{name}/savepoints", "get"),
         ("/api/v1/jobs/{name}/savepoints", "post"),
+        ("/api/v1/jobs/{name}/stop", "post"),
         ("/api/v1/openapi.json", "get"),
         ("/metrics", "get"),
     ];

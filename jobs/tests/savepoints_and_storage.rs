@@ -86,12 +86,9 @@ fn savepoint_cli_copies_the_latest_checkpoint_and_the_job_restores_from_it() {
     assert_equals_clean(&d, "restored from a CLI savepoint");
 }
 
-/// `POST /api/v1/jobs/temperature/savepoints` on a running job: a checkpoint is taken at once
-/// (the interval is a minute) and copied to `savepoints/<name>`; the job is then killed, and
-/// restoring the savepoint at another parallelism publishes exactly the clean output.
-#[test]
-fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
-    let d = dirs();
+/// The job with its REST API on a free port and checkpoints every minute (so that only what
+/// the test asks for is taken before the end).
+fn spawn_with_api(d: &Dirs) -> (std::process::Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut args: Vec<String> = base_args(&d.out, &d.ckpt, 2)
         .into_iter()
@@ -99,9 +96,51 @@ fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
         .filter(|a| a != "--no-ui")
         .collect();
     args.extend(["--ui-bind".into(), format!("127.0.0.1:{port}")]);
-    let mut child = spawn(&args, false, &[]);
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
+    (spawn(&args, false, &[]), port)
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into()
+}
+
+/// `POST /api/v1/jobs/temperature/stop` with a savepoint, early in the run: the job takes a
+/// final checkpoint, keeps it as the savepoint and ends; restored from it, it completes to
+/// the clean output.
+#[test]
+fn a_stop_with_a_savepoint_through_the_api_resumes_to_the_clean_output() {
+    let d = dirs();
+    let (child, port) = spawn_with_api(&d);
+    let url = format!("http://127.0.0.1:{port}/api/v1/jobs/temperature/stop");
+    let start = Instant::now();
+    let (status, body) = loop {
+        match agent().post(&url).content_type("application/json").send(r#"{"savepoint": "at-stop"}"#) {
+            Ok(mut r) => break (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+            Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("the job's API did not come up: {e}"),
+        }
+    };
+    assert_eq!(status, 202, "{body}");
+    let (status, err) = wait(child);
+    assert!(status.success(), "{err}");
+    assert!(err.contains("savepoints/at-stop"), "{err}");
+    assert!(d.ckpt.join("temperature/savepoints/at-stop/_metadata").exists());
+    let partial = published(&d.out, "readings").len();
+    assert!(partial < clean().1.len(), "the stop came after the end of the input");
+    let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 1), Some("savepoints/at-stop"), &[]));
+    assert!(status.success(), "{err}");
+    assert_equals_clean(&d, "stopped with a savepoint through the API, then restored from it");
+}
+
+/// `POST /api/v1/jobs/temperature/savepoints` on a running job: a checkpoint is taken at once
+/// (the interval is a minute) and copied to `savepoints/<name>`; the job is then killed, and
+/// restoring the savepoint at another parallelism publishes exactly the clean output.
+#[test]
+fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
+    let d = dirs();
+    let (mut child, port) = spawn_with_api(&d);
+    let agent = agent();
     let url = format!("http://127.0.0.1:{port}/api/v1/jobs/temperature/savepoints");
     let post = |body: &str| {
         let mut r = agent.post(&url).content_type("application/json").send(body).unwrap();

@@ -243,28 +243,33 @@ impl StreamEnv {
                     .map_err(|e| Error::io("installing the signal handler", e))?;
             }
         }
-        let view =
-            Arc::new(JobView::new(job_name, compiled.plan.clone(), self.metrics.clone(), self.stop_handle()));
+        let view = Arc::new(JobView::new(
+            job_name,
+            compiled.plan.clone(),
+            self.metrics.clone(),
+            self.stop_handle(),
+            self.stop_handle(),
+        ));
         view.set_status(JobStatus::Running);
-        // The REST API and web UI, for as long as this call runs (dropped on return).
-        let _web = match self.config.web_bind {
-            Some(addr) => {
-                let server = crate::web::WebServer::start_for_job(addr, view.clone());
-                Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
-            }
-            None => None,
-        };
         let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
         let mut coordinator = match coordinator_parts {
             Some((store, paths)) => Some(Coordinator::new(
                 store,
                 paths,
                 self.config.checkpoints.clone(),
-                job_name,
-                &compiled.plan,
                 ack_rx,
                 restored.checkpoint,
+                view.clone(),
             )?),
+            None => None,
+        };
+        // The REST API and web UI, for as long as this call runs (dropped on return); after
+        // the coordinator, so that a savepoint can be asked for from the first request on.
+        let _web = match self.config.web_bind {
+            Some(addr) => {
+                let server = crate::web::WebServer::start_for_job(addr, view.clone());
+                Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
+            }
             None => None,
         };
         let uploader = match &coordinator_parts_store(&state, coordinator.is_some()) {
@@ -319,8 +324,9 @@ impl StreamEnv {
             return Err(e);
         }
         let stopped = stop_requested.load(Ordering::SeqCst);
-        let savepoint = match (&self.config.checkpoints.savepoint_on_stop, &coordinator) {
-            (Some(name), Some(c)) if stopped => Some(c.savepoint_of_final_checkpoint(name)?),
+        let asked = self.config.checkpoints.savepoint_on_stop.clone().or_else(|| view.stop_savepoint());
+        let savepoint = match (asked, &coordinator) {
+            (Some(name), Some(c)) if stopped => Some(c.savepoint_of_final_checkpoint(&name)?),
             _ => None,
         };
         view.set_status(if stopped { JobStatus::Canceled } else { JobStatus::Finished });

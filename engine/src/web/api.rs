@@ -71,6 +71,7 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/kafka", get(job_kafka))
         .route("/jobs/{name}/cancel", post(cancel_job))
         .route("/jobs/{name}/savepoints", get(savepoints::list).post(savepoints::trigger))
+        .route("/jobs/{name}/stop", post(savepoints::stop))
         .route("/openapi.json", get(openapi));
     Router::new()
         .nest("/api/v1", api)

@@ -2,8 +2,10 @@
 //! `{"name": "…"}`, optional), `GET` lists those asked for with their status and restore
 //! path. The job's checkpoint coordinator takes a checkpoint at once (after the one in
 //! flight) and copies it to `<storage>/<job>/savepoints/<name>/`; `--restore
-//! savepoints/<name>` resumes from it, at any parallelism. The same endpoints serve an
-//! embedded job and every job of a job manager (`caudal savepoint JOB`).
+//! savepoints/<name>` resumes from it, at any parallelism. `POST /api/v1/jobs/{name}/stop`
+//! (body `{"savepoint": "…"}`, optional) stops the job after a final checkpoint, kept as a
+//! savepoint when named. The same endpoints serve an embedded job and every job of a job
+//! manager (`caudal savepoint JOB`).
 
 use super::api::{job_name, params, ApiError, Params, Reg};
 use crate::job::{SavepointRefused, SavepointRequest};
@@ -30,6 +32,57 @@ struct SavepointBody {
     name: Option<String>,
 }
 
+/// The body of `POST /api/v1/jobs/{name}/stop`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StopBody {
+    savepoint: Option<String>,
+}
+
+/// `POST /api/v1/jobs/{name}/stop`
+#[derive(Debug, Serialize)]
+pub(super) struct StopView {
+    job: String,
+    stop_requested: bool,
+    savepoint: Option<String>,
+    status: crate::JobStatus,
+}
+
+/// Parses an optional JSON body (empty: the default).
+fn body<T: Default + serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_parameter("body", e))
+    }
+}
+
+fn refused(e: SavepointRefused) -> ApiError {
+    match e {
+        SavepointRefused::InvalidName(_) => ApiError::bad_parameter("name", e),
+        _ => ApiError::conflict(e.to_string()),
+    }
+}
+
+pub(super) async fn stop(
+    axum::extract::State(reg): Reg,
+    path: Result<Path<String>, PathRejection>,
+    query: Params,
+    bytes: Bytes,
+) -> Result<(StatusCode, Json<StopView>), ApiError> {
+    let name = job_name(path)?;
+    params(query, &[])?;
+    let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
+    let request: StopBody = body(&bytes)?;
+    let status = job.view.status();
+    if super::registry::is_final(status) {
+        return Err(ApiError::conflict(format!("job `{name}` has already ended ({status:?})")));
+    }
+    job.view.request_stop(request.savepoint.clone()).map_err(refused)?;
+    let view = StopView { job: name, stop_requested: true, savepoint: request.savepoint, status };
+    Ok((StatusCode::ACCEPTED, Json(view)))
+}
+
 pub(super) async fn list(
     axum::extract::State(reg): Reg,
     path: Result<Path<String>, PathRejection>,
@@ -45,19 +98,12 @@ pub(super) async fn trigger(
     axum::extract::State(reg): Reg,
     path: Result<Path<String>, PathRejection>,
     query: Params,
-    body: Bytes,
+    bytes: Bytes,
 ) -> Result<(StatusCode, Json<SavepointRequest>), ApiError> {
     let name = job_name(path)?;
     params(query, &[])?;
     let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
-    let body: SavepointBody = if body.iter().all(u8::is_ascii_whitespace) {
-        SavepointBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_parameter("body", e))?
-    };
-    match job.view.request_savepoint(body.name) {
-        Ok(request) => Ok((StatusCode::ACCEPTED, Json(request))),
-        Err(e @ SavepointRefused::InvalidName(_)) => Err(ApiError::bad_parameter("name", e)),
-        Err(e) => Err(ApiError::conflict(e.to_string())),
-    }
+    let request: SavepointBody = body(&bytes)?;
+    let asked = job.view.request_savepoint(request.name).map_err(refused)?;
+    Ok((StatusCode::ACCEPTED, Json(asked)))
 }

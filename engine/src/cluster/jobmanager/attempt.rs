@@ -290,10 +290,9 @@ impl Attempt<'_> {
                     store,
                     paths,
                     checkpoints.clone(),
-                    &name,
-                    &job.view.plan,
                     ack_rx,
                     self.restored,
+                    job.view.clone(),
                 )
             });
             match built {
@@ -396,7 +395,7 @@ impl Attempt<'_> {
                 }
             }
             if self.execs.iter().all(|e| e.finished) {
-                let savepoint = job.stop_savepoint.lock().clone().filter(|_| job.stop.load(Ordering::SeqCst));
+                let savepoint = job.view.stop_savepoint().filter(|_| job.stop.load(Ordering::SeqCst));
                 if let Some(name) = savepoint {
                     let written = match &coordinator {
                         Some(c) => c.savepoint_of_final_checkpoint(&name).map_err(|e| e.to_string()),

@@ -181,18 +181,16 @@ async fn stop(State(c): St, Path(name): Path<String>, body: axum::body::Bytes) -
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid stop request: {e}")),
         }
     };
-    if let Some(savepoint) = &request.savepoint {
-        if let Err(e) = caudal_checkpoints::CheckpointPaths::validate_savepoint_name(savepoint) {
-            return error(StatusCode::BAD_REQUEST, e.to_string());
-        }
-    }
     let status = job.view.status();
     if is_final(status) {
         return error(StatusCode::CONFLICT, format!("job `{name}` has already ended ({status:?})"));
     }
-    if request.savepoint.is_some() {
-        *job.stop_savepoint.lock() = request.savepoint;
+    match job.view.request_stop(request.savepoint) {
+        Ok(()) => {}
+        Err(e @ crate::job::SavepointRefused::InvalidName(_)) => {
+            return error(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Err(e) => return error(StatusCode::CONFLICT, e.to_string()),
     }
-    job.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     (StatusCode::ACCEPTED, Json(job.summary())).into_response()
 }

@@ -106,9 +106,7 @@ pub(crate) struct ClusterJob {
     /// Set by `caudal cancel` (and the REST API's cancel).
     pub(crate) cancel: Arc<AtomicBool>,
     /// Set by `caudal stop`: take a final checkpoint, then end (resumable with `--restore latest`).
-    pub(crate) stop: AtomicBool,
-    /// The savepoint `caudal stop --savepoint NAME` asked for (copied from the final checkpoint).
-    pub(crate) stop_savepoint: Mutex<Option<String>>,
+    pub(crate) stop: Arc<AtomicBool>,
     pub(crate) state: Mutex<JobState>,
     /// Per operator id, per subtask: the counters the executors report (the UI reads them).
     counters: Vec<Vec<Arc<SubtaskMetrics>>>,
@@ -124,15 +122,20 @@ impl ClusterJob {
             .iter()
             .map(|o| metrics.register(o.id as u32, &o.name, o.kind, o.parallelism))
             .collect();
-        let view =
-            Arc::new(JobView::new(&spec.name, plan, metrics, crate::StopHandle::from_flag(cancel.clone())));
+        let stop = Arc::new(AtomicBool::new(false));
+        let view = Arc::new(JobView::new(
+            &spec.name,
+            plan,
+            metrics,
+            crate::StopHandle::from_flag(cancel.clone()),
+            crate::StopHandle::from_flag(stop.clone()),
+        ));
         ClusterJob {
             spec: Mutex::new(spec),
             doc,
             view,
             cancel,
-            stop: AtomicBool::new(false),
-            stop_savepoint: Mutex::new(None),
+            stop,
             state: Mutex::new(JobState::default()),
             counters,
         }
