@@ -3,7 +3,7 @@
 # managers (key_by shuffle over TCP), and the time from a task manager's SIGKILL to the job
 # running again. Loopback, one machine.
 #
-#   cargo build --release -p caudal-engine -p caudal-jobs --bin caudal --bin temperature
+#   cargo build --release -p caudal-engine -p caudal-jobs -p caudal-benches --bin caudal --bin temperature --bin big_state_job
 #   benches/cluster.sh [RECORDS]          # default 5,000,000; CAUDAL_BIN_DIR=target/release
 set -euo pipefail
 BIN=${CAUDAL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
@@ -51,3 +51,34 @@ T0=$(date +%s.%N); kill -9 "${TM_PID[$VICTIM]}"
 until job | python3 -c "import json,sys; j=json.load(sys.stdin)[0]; sys.exit(0 if j['status']=='RUNNING' and j['attempt']>$ATTEMPT else 1)"; do sleep 0.05; done
 T1=$(date +%s.%N)
 python3 -c "print(f'task manager SIGKILL to running again: {($T1-$T0)*1000:.0f} ms (small window state; includes the new task manager fetching the binary)')"
+
+# Kill to processing again with a large state (issue #5: < 10 s with 1 GB restored from local
+# disk): big_state_job loads KEYS x VALUE_BYTES (1 GB) into a keyed RocksDB state over two
+# subtasks; once a completed checkpoint holds it all, SIGKILL the task manager of slot 0.
+KEYS=${CAUDAL_BIG_STATE_KEYS:-1000000}
+VALUE_BYTES=${CAUDAL_BIG_STATE_VALUE_BYTES:-1000}
+"$BIN/caudal" cancel temperature --jobmanager "$URL" >/dev/null 2>&1 || true
+for tm in d e f; do
+  "$BIN/caudal" taskmanager --jobmanager "$URL" --slots 1 --name "$tm" --data-dir "$WORK/$tm" 2> "$WORK/$tm.log" & PIDS+=($!)
+  TM_PID[$tm]=$!
+done
+sleep 2
+"$BIN/caudal" submit "$BIN/big_state_job" --jobmanager "$URL" --parallelism 2 -- --keys "$KEYS" \
+  --value-bytes "$VALUE_BYTES" --checkpoint-interval 2 >/dev/null 2>&1
+big() { "$BIN/caudal" list --json --jobmanager "$URL" | python3 -c 'import json,sys; print(json.dumps([j for j in json.load(sys.stdin) if j["name"]=="big-state"][0]))'; }
+api() { curl -sf "$URL/api/v1/jobs/big-state/$1"; }
+LOAD_T0=$(date +%s.%N)
+until api checkpoints | python3 -c "import json,sys; c=json.load(sys.stdin)['latest_completed']; sys.exit(0 if c and c['size_bytes'] >= 0.9*$KEYS*$VALUE_BYTES else 1)"; do sleep 0.5; done
+SIZE=$(api checkpoints | python3 -c 'import json,sys; print(json.load(sys.stdin)["latest_completed"]["size_bytes"])')
+python3 -c "import time; print(f'big state loaded and checkpointed: {$SIZE/1e6:,.0f} MB in {time.time()-$LOAD_T0:.0f} s')"
+VICTIM=$(big | python3 -c 'import json,sys; print(json.load(sys.stdin)["task_managers"][0])')
+ATTEMPT=$(big | python3 -c 'import json,sys; print(json.load(sys.stdin)["attempt"])')
+in_state() { api metrics | python3 -c 'import json,sys; print(sum(o["records_in"] for o in json.load(sys.stdin)["operators"] if o["name"]=="state"))'; }
+T0=$(date +%s.%N); kill -9 "${TM_PID[$VICTIM]}"
+until big | python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if j['status']=='RUNNING' and j['attempt']>$ATTEMPT else 1)"; do sleep 0.05; done
+T1=$(date +%s.%N)
+R1=$(in_state)
+until [[ "$(in_state)" != "$R1" ]]; do sleep 0.05; done
+T2=$(date +%s.%N)
+RESTORE=$(api metrics | python3 -c 'import json,sys; print(max(o.get("counters",{}).get("state_restore_ms",0) for o in json.load(sys.stdin)["operators"]))')
+python3 -c "print(f'{$SIZE/1e6:,.0f} MB of state, task manager SIGKILL to running again: {($T1-$T0):.1f} s; to processing again: {($T2-$T0):.1f} s (state restore {$RESTORE} ms)')"

@@ -1,6 +1,8 @@
 //! Caudal benchmarks: criterion micro-benchmarks (`benches/`) and end-to-end runners
 //! (`src/bin/`), plus what the runners share.
 
+pub mod big_state;
+
 /// User + system CPU seconds of this process (from /proc, clock ticks of 10 ms).
 pub fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();

@@ -65,7 +65,7 @@ pub struct SubtaskMetrics {
     pub busy_ns: AtomicU64,
     /// Nanoseconds spent blocked on a full output channel.
     pub backpressured_ns: AtomicU64,
-    custom: Mutex<BTreeMap<&'static str, Arc<AtomicU64>>>,
+    custom: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     gauges: Mutex<BTreeMap<String, Arc<AtomicI64>>>,
 }
 
@@ -86,12 +86,26 @@ impl Default for SubtaskMetrics {
 impl SubtaskMetrics {
     /// A named counter of this subtask (created on first use; keep the handle).
     pub fn counter(&self, name: &'static str) -> Arc<AtomicU64> {
-        self.custom.lock().entry(name).or_default().clone()
+        self.custom.lock().entry(name.to_string()).or_default().clone()
+    }
+
+    /// Sets a counter and gauges to the values another process reported (cluster mode: the
+    /// job manager mirrors its executors' subtasks).
+    pub fn mirror(&self, counters: &[(String, u64)], gauges: &[(String, i64)]) {
+        let mut custom = self.custom.lock();
+        for (name, value) in counters {
+            custom.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
+        }
+        drop(custom);
+        let mut own = self.gauges.lock();
+        for (name, value) in gauges {
+            own.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
+        }
     }
 
     /// The current value of every custom counter.
     pub fn custom_values(&self) -> BTreeMap<String, u64> {
-        self.custom.lock().iter().map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect()
+        self.custom.lock().iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
     }
 
     /// A named gauge of this subtask, e.g. `kafka.earth-temp.3.lag` (see [`kafka_gauges`];
@@ -168,6 +182,12 @@ pub struct SubtaskSnapshot {
     pub busy_ns: u64,
     /// Nanoseconds backpressured.
     pub backpressured_ns: u64,
+    /// Custom counters (the operator's view sums them).
+    #[serde(skip)]
+    pub counters: BTreeMap<String, u64>,
+    /// Gauges.
+    #[serde(skip)]
+    pub gauges: BTreeMap<String, i64>,
 }
 
 impl MetricsRegistry {
@@ -203,15 +223,17 @@ impl MetricsRegistry {
                         watermark: s.watermark.load(Ordering::Relaxed),
                         busy_ns: s.busy_ns.load(Ordering::Relaxed),
                         backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
+                        counters: s.custom_values(),
+                        gauges: s.gauge_values(),
                     })
                     .collect();
                 let mut counters = BTreeMap::new();
-                for s in &op.subtasks {
-                    for (k, v) in s.custom_values() {
-                        *counters.entry(k).or_insert(0) += v;
+                for s in &subtasks {
+                    for (k, v) in &s.counters {
+                        *counters.entry(k.clone()).or_insert(0) += v;
                     }
                 }
-                let gauges = op.subtasks.iter().flat_map(|s| s.gauge_values()).collect();
+                let gauges = subtasks.iter().flat_map(|s| s.gauges.clone()).collect();
                 OperatorSnapshot {
                     id: op.id,
                     name: op.name.clone(),

@@ -2,7 +2,8 @@
 //! temperature job reads Avro readings from a 4-partition topic and writes readings and
 //! window statistics through Kafka transactions, at parallelism 4 over three task managers.
 //! One task manager is SIGKILLed mid-run; the job recovers on the others, and a
-//! `read_committed` consumer sees exactly what an uninterrupted embedded run wrote.
+//! `read_committed` consumer sees exactly what an uninterrupted embedded run wrote, and the
+//! job manager shows the per-partition lag its executors report.
 //!
 //! Needs `CAUDAL_KAFKA_BROKERS` and `CAUDAL_SCHEMA_REGISTRY` (`scripts/services.sh start`);
 //! without them the test says so and passes, unless `CAUDAL_REQUIRE_STACK` is set.
@@ -121,6 +122,12 @@ fn a_killed_task_manager_with_kafka_in_and_out_commits_exactly_the_clean_output(
     c.kill_taskmanager(&victim);
     let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
     assert!(done["restarts"].as_u64().unwrap() >= 1, "the kill came after the end: {done:#}");
+    // The executors' per-partition gauges reach the job manager's REST API: the job read
+    // every partition to its end, so each lag is 0.
+    let kafka = c.get("/api/v1/jobs/temperature/kafka").unwrap();
+    let partitions = kafka["sources"][0]["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 4, "{kafka:#}");
+    assert!(partitions.iter().all(|p| p["lag"] == 0 && p["end_offset"].as_i64() > Some(0)), "{kafka:#}");
     let got = published(&stack, &readings, &windows);
     for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
         let dups = got.windows(2).filter(|w| w[0] == w[1]).count();

@@ -304,6 +304,8 @@ fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounte
                 watermark: s.watermark,
                 busy_ns: s.busy_ns,
                 backpressured_ns: s.backpressured_ns,
+                counters: s.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                gauges: s.gauges.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             });
         }
     }

@@ -178,6 +178,10 @@ pub(crate) struct SubtaskCounters {
     pub(crate) watermark: i64,
     pub(crate) busy_ns: u64,
     pub(crate) backpressured_ns: u64,
+    /// Operator-specific counters (late records, state restore time, …).
+    pub(crate) counters: Vec<(String, u64)>,
+    /// Gauges (per Kafka partition: end offset, checkpointed offset, lag, …).
+    pub(crate) gauges: Vec<(String, i64)>,
 }
 
 /// Writes one frame.

@@ -286,14 +286,7 @@ impl Attempt<'_> {
         let (ack_tx, ack_rx) = unbounded();
         let mut coordinator = if checkpoints.interval.is_some() {
             let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
-                Coordinator::new(
-                    store,
-                    paths,
-                    checkpoints.clone(),
-                    ack_rx,
-                    self.restored,
-                    job.view.clone(),
-                )
+                Coordinator::new(store, paths, checkpoints.clone(), ack_rx, self.restored, job.view.clone())
             });
             match built {
                 Ok(c) => Some(c),

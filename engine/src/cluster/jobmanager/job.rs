@@ -153,6 +153,7 @@ impl ClusterJob {
             m.watermark.store(c.watermark, Ordering::Relaxed);
             m.busy_ns.store(c.busy_ns, Ordering::Relaxed);
             m.backpressured_ns.store(c.backpressured_ns, Ordering::Relaxed);
+            m.mirror(&c.counters, &c.gauges);
         }
     }
 
