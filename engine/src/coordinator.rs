@@ -207,6 +207,14 @@ impl Coordinator {
         let next_id = last
             .map_or(CheckpointId(1), CheckpointId::next)
             .max(restored.map_or(CheckpointId(1), CheckpointId::next));
+        // Nothing of this job writes to its storage yet: what a killed run was writing can go.
+        match store.sweep_interrupted_writes(paths.root()) {
+            Ok(swept) if !swept.is_empty() => {
+                eprintln!("caudal: removed {} file(s) a killed run left half-written: {swept:?}", swept.len())
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("caudal: could not remove half-written files of a killed run: {e}"),
+        }
         view.set_checkpointing(true);
         Ok(Coordinator {
             store,

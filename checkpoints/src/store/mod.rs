@@ -74,6 +74,15 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
         let data = self.get(from)?;
         self.put(to, data)
     }
+
+    /// Deletes what writers killed mid-write left under `prefix` and that [`Self::list`]
+    /// cannot see (so retention never would): a local directory's staged uploads
+    /// (`<name>#<n>`). Only safe while nothing writes there; returns the paths deleted.
+    /// Object stores have nothing of the kind (an S3 bucket's incomplete multipart uploads
+    /// are for its lifecycle rules).
+    fn sweep_interrupted_writes(&self, _prefix: &str) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 /// Deletes every object under the directory `prefix`; returns how many were deleted.

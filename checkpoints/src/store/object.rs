@@ -165,6 +165,8 @@ pub struct ObjectCheckpointStore {
     runtime: tokio::runtime::Runtime,
     conditional_put: bool,
     location: String,
+    /// The directory of a local store.
+    local_root: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ObjectCheckpointStore {
@@ -198,6 +200,7 @@ impl ObjectCheckpointStore {
             runtime: runtime()?,
             conditional_put: true,
             location: format!("file://{}", abs.display()),
+            local_root: Some(abs.clone()),
         })
     }
 
@@ -247,6 +250,7 @@ impl ObjectCheckpointStore {
             runtime: runtime()?,
             conditional_put: config.conditional_put,
             location,
+            local_root: None,
         })
     }
 
@@ -339,6 +343,13 @@ impl CheckpointStore for ObjectCheckpointStore {
         Ok(r.common_prefixes.iter().filter_map(|d| d.filename().map(str::to_string)).collect())
     }
 
+    fn sweep_interrupted_writes(&self, prefix: &str) -> Result<Vec<String>> {
+        let Some(root) = &self.local_root else { return Ok(Vec::new()) };
+        let mut swept = Vec::new();
+        sweep_staged(root, &root.join(prefix.trim_matches('/')), &mut swept)?;
+        Ok(swept)
+    }
+
     fn delete(&self, path: &str) -> Result<()> {
         match self.block_on(self.store.delete(&object_path(path))) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -368,6 +379,33 @@ impl CheckpointStore for ObjectCheckpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sweep_removes_staged_uploads_that_list_cannot_see_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ObjectCheckpointStore::local(dir.path()).unwrap();
+        for (name, data) in [
+            ("job/shared/a.sst#1", "half"),
+            ("job/shared/b.sst", "whole"),
+            ("job/shared/odd#name", "whole"),
+            ("job/chk-3/op#12", "half"),
+            ("job/savepoints/s/c.sst#1", "a copy in progress"),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, data).unwrap();
+        }
+        let mut visible: Vec<String> = store.list("job").unwrap().into_iter().map(|e| e.path).collect();
+        visible.sort();
+        assert!(!visible.iter().any(|p| p.ends_with("#1") || p.ends_with("#12")), "{visible:?}");
+        let mut swept = store.sweep_interrupted_writes("job/").unwrap();
+        swept.sort();
+        assert_eq!(swept, ["job/chk-3/op#12", "job/shared/a.sst#1"]);
+        assert!(dir.path().join("job/shared/b.sst").exists());
+        assert!(dir.path().join("job/shared/odd#name").exists());
+        assert!(dir.path().join("job/savepoints/s/c.sst#1").exists());
+        assert_eq!(store.sweep_interrupted_writes("no-such-job").unwrap(), Vec::<String>::new());
+    }
 
     #[test]
     fn parse_urls() {
@@ -415,4 +453,33 @@ mod tests {
         let store = ObjectCheckpointStore::local(dir.path()).unwrap();
         super::super::contract::check(&store);
     }
+}
+
+/// Deletes `object_store`'s staged uploads (`<name>#<digits>`) under `dir`, recursively,
+/// except under `savepoints/`.
+fn sweep_staged(root: &Path, dir: &Path, swept: &mut Vec<String>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("listing", dir)(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(Error::io("listing", dir))?.path();
+        if path.is_dir() {
+            // A savepoint may be being copied by another process (`temperature savepoint`).
+            if !path.ends_with("savepoints") {
+                sweep_staged(root, &path, swept)?;
+            }
+            continue;
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let staged = name
+            .rsplit_once('#')
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if staged {
+            std::fs::remove_file(&path).map_err(Error::io("removing", &path))?;
+            swept.push(path.strip_prefix(root).unwrap_or(&path).display().to_string());
+        }
+    }
+    Ok(())
 }
