@@ -18,6 +18,9 @@ pub mod names {
     /// Milliseconds a keyed operator subtask spent restoring its keyed state (download,
     /// verify, open, rescale) at start.
     pub const STATE_RESTORE_MS: &str = "state_restore_ms";
+    /// Milliseconds a window operator subtask spent rebuilding its timers from the restored
+    /// state (part of [`STATE_RESTORE_MS`]).
+    pub const TIMER_REBUILD_MS: &str = "timer_rebuild_ms";
     /// Attempts a sink repeated after a transient failure of its external service.
     pub const SINK_RETRIES: &str = "sink_retries";
 }

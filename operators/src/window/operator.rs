@@ -404,8 +404,11 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
     fn restore(&mut self, _snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
         self.cache = None;
         self.timers.at.clear();
-        let backend = ctx.keyed_state()?;
-        self.rebuild_timers(&*backend)
+        let started = std::time::Instant::now();
+        self.rebuild_timers(&*ctx.keyed_state()?)?;
+        let ms = started.elapsed().as_millis() as u64;
+        ctx.metrics.counter(names::TIMER_REBUILD_MS).fetch_add(ms, Ordering::Relaxed);
+        Ok(())
     }
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
