@@ -384,22 +384,53 @@ fn scan_cf(
     Ok(n)
 }
 
-/// Downloads the files of a handle into `db_dir` (verifying size and checksum).
+/// Files fetched at once by a restore: storage latency (S3) and checksums overlap.
+const DOWNLOAD_THREADS: usize = 4;
+
+/// Downloads the files of a handle into `db_dir` (verifying size and checksum), a few at a
+/// time.
 fn download_handle(store: &dyn CheckpointStore, handle: &RocksDbStateHandle, db_dir: &Path) -> Result<()> {
     recreate_dir(db_dir)?;
-    for file in handle.shared.iter().chain(&handle.private) {
-        if file.local_name.contains('/') || file.local_name.starts_with('.') {
-            return Err(Error::CorruptFile {
-                checkpoint: handle.checkpoint_id.label(),
-                file: file.object.clone(),
-                reason: format!("invalid local name `{}`", file.local_name),
-            });
-        }
-        let data = fetch_verified(store, file, handle.checkpoint_id)?;
-        let local = db_dir.join(&file.local_name);
-        std::fs::write(&local, &data).map_err(Error::io("writing", &local))?;
+    let files: Vec<&StoredFile> = handle.shared.iter().chain(&handle.private).collect();
+    if let Some(file) = files.iter().find(|f| f.local_name.contains('/') || f.local_name.starts_with('.')) {
+        return Err(Error::CorruptFile {
+            checkpoint: handle.checkpoint_id.label(),
+            file: file.object.clone(),
+            reason: format!("invalid local name `{}`", file.local_name),
+        });
     }
-    Ok(())
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let fetch = || -> Result<()> {
+        while let Some(file) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+            if failed.load(Ordering::Relaxed) {
+                break;
+            }
+            let written = fetch_verified(store, file, handle.checkpoint_id).and_then(|data| {
+                let local = db_dir.join(&file.local_name);
+                std::fs::write(&local, &data).map_err(Error::io("writing", &local))
+            });
+            if written.is_err() {
+                failed.store(true, Ordering::Relaxed);
+                return written;
+            }
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..DOWNLOAD_THREADS.min(files.len())).map(|_| s.spawn(fetch)).collect();
+        // Every worker is joined; the first error (files in order of failure) is returned.
+        let mut result = Ok(());
+        for w in workers {
+            let outcome = w
+                .join()
+                .unwrap_or_else(|_| Err(Error::Restore { reason: "a download thread panicked".to_string() }));
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
+    })
 }
 
 /// Calls `f` for every entry of `wanted` key groups in a RocksDB snapshot, downloaded

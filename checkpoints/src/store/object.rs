@@ -376,6 +376,35 @@ impl CheckpointStore for ObjectCheckpointStore {
     }
 }
 
+/// Deletes `object_store`'s staged uploads (`<name>#<digits>`) under `dir`, recursively,
+/// except under `savepoints/`.
+fn sweep_staged(root: &Path, dir: &Path, swept: &mut Vec<String>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("listing", dir)(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(Error::io("listing", dir))?.path();
+        if path.is_dir() {
+            // A savepoint may be being copied by another process (`temperature savepoint`).
+            if !path.ends_with("savepoints") {
+                sweep_staged(root, &path, swept)?;
+            }
+            continue;
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let staged = name
+            .rsplit_once('#')
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if staged {
+            std::fs::remove_file(&path).map_err(Error::io("removing", &path))?;
+            swept.push(path.strip_prefix(root).unwrap_or(&path).display().to_string());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,33 +482,4 @@ mod tests {
         let store = ObjectCheckpointStore::local(dir.path()).unwrap();
         super::super::contract::check(&store);
     }
-}
-
-/// Deletes `object_store`'s staged uploads (`<name>#<digits>`) under `dir`, recursively,
-/// except under `savepoints/`.
-fn sweep_staged(root: &Path, dir: &Path, swept: &mut Vec<String>) -> Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("listing", dir)(e)),
-    };
-    for entry in entries {
-        let path = entry.map_err(Error::io("listing", dir))?.path();
-        if path.is_dir() {
-            // A savepoint may be being copied by another process (`temperature savepoint`).
-            if !path.ends_with("savepoints") {
-                sweep_staged(root, &path, swept)?;
-            }
-            continue;
-        }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let staged = name
-            .rsplit_once('#')
-            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if staged {
-            std::fs::remove_file(&path).map_err(Error::io("removing", &path))?;
-            swept.push(path.strip_prefix(root).unwrap_or(&path).display().to_string());
-        }
-    }
-    Ok(())
 }
