@@ -1,0 +1,97 @@
+package dev.caudal.bench.flink;
+
+/**
+ * Caudal's sensor generator (operators/src/generator/), ported formula for formula so both
+ * engines process the same readings: a pure function of (seed, sensor, round).
+ *
+ * <p>Sensors are divided into {@code splits} shards; split {@code k} owns the sensors
+ * {@code s} with {@code s % splits == k}, and its n-th record is a function of (seed, k, n).
+ * A bounded run takes the first {@code records} readings in round-major order.
+ */
+final class SensorModel implements java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+
+    /** 2026-01-01T00:00:00Z: event time of the first reading of a bounded run. */
+    static final long START_MS = 1_767_225_600_000L;
+    /** Event time between two readings of a sensor when unthrottled. */
+    static final long INTERVAL_MS = 1000;
+
+    final long seed;
+    final long sensors;
+    final long records;
+    final double faultyFraction;
+    final int splits;
+
+    SensorModel(long seed, long sensors, long records, double faultyFraction, int splits) {
+        this.seed = seed;
+        this.sensors = sensors;
+        this.records = records;
+        this.faultyFraction = faultyFraction;
+        this.splits = (int) Math.min(splits, sensors);
+    }
+
+    /** SplitMix64. */
+    static long mix(long z) {
+        z += 0x9e3779b97f4a7c15L;
+        z = (z ^ (z >>> 30)) * 0xbf58476d1ce4e5b9L;
+        z = (z ^ (z >>> 27)) * 0x94d049bb133111ebL;
+        return z ^ (z >>> 31);
+    }
+
+    static double unit(long seed, long a, long b, long salt) {
+        long h = mix(seed ^ mix(a ^ mix(b ^ mix(salt))));
+        return (double) (h >>> 11) / (double) (1L << 53);
+    }
+
+    /** The true temperature in °C at lat/lon at UTC time ts (ms), without noise. */
+    static double climateC(double lat, double lon, long ts) {
+        double utcHours = Math.floorMod(ts, 86_400_000L) / 3_600_000.0;
+        double local = remEuclid(utcHours + lon / 15.0, 24.0);
+        double base = 28.0 - 0.45 * Math.abs(lat);
+        double diurnal = 6.0 * Math.cos(2.0 * Math.PI * (local - 15.0) / 24.0);
+        return base + diurnal;
+    }
+
+    private static double remEuclid(double x, double m) {
+        double r = x % m;
+        return r < 0.0 ? r + m : r;
+    }
+
+    /** The reading of {@code sensor} number {@code round} at time {@code ts}. */
+    SensorReading reading(long sensor, long round, long ts) {
+        double lat = -60.0 + 130.0 * unit(seed, sensor, 0, 1);
+        double lon = -180.0 + 360.0 * unit(seed, sensor, 0, 2);
+        boolean faulty = faultyFraction > 0.0 && unit(seed, sensor, round, 3) < faultyFraction;
+        double tempF;
+        if (faulty) {
+            // Impossible readings: below absolute zero or far above any weather on Earth.
+            tempF = unit(seed, sensor, round, 4) < 0.5 ? -500.0 : 400.0;
+        } else {
+            double noise = 1.5 * (unit(seed, sensor, round, 5) + unit(seed, sensor, round, 6) - 1.0);
+            double c = climateC(lat, lon, ts) + noise;
+            tempF = c * 9.0 / 5.0 + 32.0;
+        }
+        return new SensorReading(sensor, ts, lat, lon, tempF);
+    }
+
+    /** Sensors owned by split k. */
+    long splitSensors(int k) {
+        return Math.floorDiv(sensors - k + splits - 1, splits);
+    }
+
+    /** Records split k emits: its share of the first {@code records} readings, round-major. */
+    long splitRecords(int k) {
+        long fullRounds = records / sensors;
+        long rem = records % sensors;
+        long partial = rem > k ? Math.floorDiv(rem - k + splits - 1, splits) : 0;
+        return fullRounds * splitSensors(k) + partial;
+    }
+
+    /** The n-th record of split k. */
+    SensorReading record(int k, long n, long sensorsInSplit) {
+        long round = n / sensorsInSplit;
+        long sensor = k + (n % sensorsInSplit) * splits;
+        long ts = START_MS + round * INTERVAL_MS;
+        return reading(sensor, round, ts);
+    }
+}

@@ -1,0 +1,122 @@
+package dev.caudal.bench.flink;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Comparator;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Stream;
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
+/**
+ * Runs the temperature pipeline once in a local MiniCluster (this JVM) and prints one row
+ * in the format of Caudal's throughput runner: records/s, records/s per CPU-core-second,
+ * CPU-seconds per million records and peak RSS, measured the same way (wall clock and
+ * /proc/self CPU ticks around the job's execute(), VmHWM at the end).
+ *
+ * <pre>
+ * java -cp 'flink-temperature-bench-1.jar:libs/*' dev.caudal.bench.flink.TemperatureBench \
+ *     --records 20000000 --sensors 10000 --parallelism 1 --state heap
+ * </pre>
+ */
+public final class TemperatureBench {
+    /** Highest checkpoint id a source reader saw completed. */
+    static final AtomicLong CHECKPOINTS = new AtomicLong();
+
+    private TemperatureBench() {}
+
+    public static void main(String[] argv) throws Exception {
+        long records = 20_000_000;
+        long sensors = 10_000;
+        int parallelism = 1;
+        String state = "heap";
+        double checkpointInterval = 0;
+        long warmupRecords = 0;
+        boolean header = true;
+        for (int i = 0; i < argv.length; i++) {
+            String flag = argv[i];
+            if (flag.equals("--no-header")) {
+                header = false;
+                continue;
+            }
+            if (i + 1 >= argv.length) {
+                throw new IllegalArgumentException(flag + " needs a value");
+            }
+            String v = argv[++i];
+            switch (flag) {
+                case "--records" -> records = Long.parseLong(v);
+                case "--sensors" -> sensors = Long.parseLong(v);
+                case "--parallelism" -> parallelism = Integer.parseInt(v);
+                case "--state" -> state = v;
+                case "--checkpoint-interval" -> checkpointInterval = Double.parseDouble(v);
+                case "--warmup-records" -> warmupRecords = Long.parseLong(v);
+                default -> throw new IllegalArgumentException("unknown flag " + flag);
+            }
+        }
+        if (!state.equals("heap") && !state.equals("rocksdb")) {
+            throw new IllegalArgumentException("--state must be heap or rocksdb, got " + state);
+        }
+        if (sensors < 1 || records < 1 || parallelism < 1) {
+            throw new IllegalArgumentException("--records, --sensors and --parallelism must be at least 1");
+        }
+        if (warmupRecords > 0) {
+            // A first job in the same JVM, so the measured one runs JIT-compiled code.
+            run(warmupRecords, sensors, parallelism, state, 0);
+        }
+        long[] before = {CountingSink.COUNTS.get(0), CountingSink.COUNTS.get(1), CountingSink.COUNTS.get(2)};
+        double cpu0 = ProcFs.cpuSeconds();
+        long t0 = System.nanoTime();
+        JobExecutionResult result = run(records, sensors, parallelism, state, checkpointInterval);
+        double secs = (System.nanoTime() - t0) / 1e9;
+        double cpu = ProcFs.cpuSeconds() - cpu0;
+        long read = CountingSink.COUNTS.get(CountingSink.SOURCE) - before[2];
+        long readingsOut = CountingSink.COUNTS.get(CountingSink.READINGS) - before[0];
+        long windowsOut = CountingSink.COUNTS.get(CountingSink.WINDOWS) - before[1];
+        if (header) {
+            System.out.printf("%-12s %7s %3s %12s %8s %14s %16s %14s %10s %6s%n", "pipeline", "state", "p",
+                    "records", "secs", "records/s", "rec/s per core", "CPU-s per 1M", "peak RSS", "chkpts");
+        }
+        double coresUsed = Math.max(cpu / secs, 0.01);
+        System.out.printf("%-12s %7s %3d %12d %8.2f %14.0f %16.0f %14.3f %7d MB %6d%n", "temperature", state,
+                parallelism, read, secs, read / secs, read / secs / coresUsed, cpu / (read / 1e6),
+                ProcFs.statusKb("VmHWM:") / 1024, CHECKPOINTS.get());
+        double net = result.getNetRuntime() / 1000.0;
+        System.out.printf("#   flink job net runtime %.2f s (%.0f records/s without MiniCluster start/stop);"
+                + " readings out %d, windows out %d%n", net, read / net, readingsOut, windowsOut);
+    }
+
+    private static JobExecutionResult run(long records, long sensors, int parallelism, String state,
+            double checkpointInterval) throws Exception {
+        Configuration conf = new Configuration();
+        conf.set(StateBackendOptions.STATE_BACKEND, state.equals("heap") ? "hashmap" : "rocksdb");
+        conf.set(PipelineOptions.OBJECT_REUSE, true);
+        Path checkpoints = null;
+        if (checkpointInterval > 0) {
+            checkpoints = Files.createTempDirectory("flink-throughput-");
+            conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
+        }
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
+        if (checkpointInterval > 0) {
+            env.enableCheckpointing((long) (checkpointInterval * 1000));
+        }
+        TemperaturePipeline.build(env, new SensorModel(1, sensors, records, 0.01, 8));
+        try {
+            return env.execute("temperature");
+        } finally {
+            if (checkpoints != null) {
+                deleteTree(checkpoints);
+            }
+        }
+    }
+
+    private static void deleteTree(Path dir) throws IOException {
+        try (Stream<Path> paths = Files.walk(dir)) {
+            paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+}
