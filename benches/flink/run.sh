@@ -5,7 +5,7 @@
 #
 #   benches/flink/run.sh [--records N] [--sensors N] [--parallelism P[,P...]]
 #                        [--state heap|rocksdb[,...]] [--checkpoint-interval SECS]
-#                        [--warmup-records N] [--xmx SIZE]
+#                        [--warmup-records N] [--xmx SIZE] [--conf flink.key=value ...]
 #
 # Builds once (Maven, in a copy under ~/.cache/caudal/flink-bench; jars in ~/.cache/caudal/m2;
 # rebuilt when benches/flink changes), then runs one JVM per configuration and prints the
@@ -24,6 +24,7 @@ WORK=$CACHE/flink-bench
 M2=$CACHE/m2
 
 records=20000000 sensors=10000 parallelism=1,2 states=heap checkpoint=0 warmup=2000000 xmx=1g
+conf=()
 die() { printf 'flink bench: %s\n' "$*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || die "$1 needs a value"
@@ -35,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --checkpoint-interval) checkpoint=$2 ;;
     --warmup-records) warmup=$2 ;;
     --xmx) xmx=$2 ;;
+    --conf) conf+=(--conf "$2") ;;
     *) die "unknown flag $1 (see the top of $0)" ;;
   esac
   shift 2
@@ -67,7 +69,7 @@ build
 app=$WORK/app
 timing=$(mktemp); trap 'rm -f "$timing"' EXIT
 header=()
-echo "# Apache Flink 2.3.0, local MiniCluster, $(java -version 2>&1 | head -n1), -Xmx$xmx, warm-up $warmup records; load: $(uptime | sed 's/.*load average/load average/')"
+echo "# Apache Flink 2.3.0, local MiniCluster, $(java -version 2>&1 | head -n1), -Xmx$xmx, warm-up $warmup records${conf[*]:+, ${conf[*]}}; load: $(uptime | sed 's/.*load average/load average/')"
 for p in ${parallelism//,/ }; do
   for state in ${states//,/ }; do
     timer=()
@@ -76,7 +78,7 @@ for p in ${parallelism//,/ }; do
     "${timer[@]}" java -Xmx"$xmx" ${FLINK_BENCH_JAVA_OPTS:-} \
       -cp "$app/flink-temperature-bench-1.jar:$app/libs/*" dev.caudal.bench.flink.TemperatureBench \
       --records "$records" --sensors "$sensors" --parallelism "$p" --state "$state" \
-      --checkpoint-interval "$checkpoint" --warmup-records "$warmup" "${header[@]}" 2>"$WORK/last-run.log" \
+      --checkpoint-interval "$checkpoint" --warmup-records "$warmup" "${conf[@]}" "${header[@]}" 2>"$WORK/last-run.log" \
       || { tail -n 30 "$WORK/last-run.log" >&2; die "run failed (p=$p, state=$state; log: $WORK/last-run.log)"; }
     header=(--no-header)
     if [[ ${#timer[@]} -gt 0 ]]; then

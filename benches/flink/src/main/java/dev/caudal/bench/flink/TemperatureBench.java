@@ -4,6 +4,8 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 import org.apache.flink.api.common.JobExecutionResult;
@@ -21,7 +23,8 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  *
  * <pre>
  * java -cp 'flink-temperature-bench-1.jar:libs/*' dev.caudal.bench.flink.TemperatureBench \
- *     --records 20000000 --sensors 10000 --parallelism 1 --state heap
+ *     --records 20000000 --sensors 10000 --parallelism 1 --state heap [--warmup-records N]
+ *     [--checkpoint-interval SECS] [--conf flink.option=value ...] [--no-header]
  * </pre>
  */
 public final class TemperatureBench {
@@ -38,6 +41,7 @@ public final class TemperatureBench {
         double checkpointInterval = 0;
         long warmupRecords = 0;
         boolean header = true;
+        Map<String, String> extra = new LinkedHashMap<>();
         for (int i = 0; i < argv.length; i++) {
             String flag = argv[i];
             if (flag.equals("--no-header")) {
@@ -55,6 +59,13 @@ public final class TemperatureBench {
                 case "--state" -> state = v;
                 case "--checkpoint-interval" -> checkpointInterval = Double.parseDouble(v);
                 case "--warmup-records" -> warmupRecords = Long.parseLong(v);
+                case "--conf" -> {
+                    int eq = v.indexOf('=');
+                    if (eq < 1) {
+                        throw new IllegalArgumentException("--conf needs key=value, got " + v);
+                    }
+                    extra.put(v.substring(0, eq), v.substring(eq + 1));
+                }
                 default -> throw new IllegalArgumentException("unknown flag " + flag);
             }
         }
@@ -66,12 +77,12 @@ public final class TemperatureBench {
         }
         if (warmupRecords > 0) {
             // A first job in the same JVM, so the measured one runs JIT-compiled code.
-            run(warmupRecords, sensors, parallelism, state, 0);
+            run(warmupRecords, sensors, parallelism, state, 0, extra);
         }
         long[] before = {CountingSink.COUNTS.get(0), CountingSink.COUNTS.get(1), CountingSink.COUNTS.get(2)};
         double cpu0 = ProcFs.cpuSeconds();
         long t0 = System.nanoTime();
-        JobExecutionResult result = run(records, sensors, parallelism, state, checkpointInterval);
+        JobExecutionResult result = run(records, sensors, parallelism, state, checkpointInterval, extra);
         double secs = (System.nanoTime() - t0) / 1e9;
         double cpu = ProcFs.cpuSeconds() - cpu0;
         long read = CountingSink.COUNTS.get(CountingSink.SOURCE) - before[2];
@@ -91,10 +102,12 @@ public final class TemperatureBench {
     }
 
     private static JobExecutionResult run(long records, long sensors, int parallelism, String state,
-            double checkpointInterval) throws Exception {
+            double checkpointInterval, Map<String, String> extra) throws Exception {
         Configuration conf = new Configuration();
         conf.set(StateBackendOptions.STATE_BACKEND, state.equals("heap") ? "hashmap" : "rocksdb");
         conf.set(PipelineOptions.OBJECT_REUSE, true);
+        // Any Flink option, e.g. state.backend.rocksdb.timer-service.factory=HEAP.
+        conf.addAll(Configuration.fromMap(extra));
         Path checkpoints = null;
         if (checkpointInterval > 0) {
             checkpoints = Files.createTempDirectory("flink-throughput-");
