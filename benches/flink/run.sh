@@ -26,7 +26,9 @@ M2=$CACHE/m2
 records=20000000 sensors=10000 parallelism=1,2 states=heap checkpoint=0 warmup=2000000 xmx=1g
 conf=()
 die() { printf 'flink bench: %s\n' "$*" >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
+  [[ $1 == -h || $1 == --help ]] && { usage; exit 0; }
   [[ $# -ge 2 ]] || die "$1 needs a value"
   case $1 in
     --records) records=$2 ;;
