@@ -374,6 +374,10 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/savepoints", "get"),
         ("/api/v1/jobs/{name}/savepoints", "post"),
         ("/api/v1/jobs/{name}/stop", "post"),
+        ("/api/v1/jobs/{name}/state", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state/keys", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state/sizes", "get"),
         ("/api/v1/openapi.json", "get"),
         ("/metrics", "get"),
     ];

@@ -369,6 +369,34 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
     assert!(failures.as_str().unwrap().contains("No failures"), "{failures}");
     assert_eq!(browser.eval("return document.querySelector('#live').classList.contains('ok');"), true);
 
+    // Operator state: the panel offers the window operator; its key-group sizes are drawn;
+    // a bar lists the keys of its key group; a key's lookup shows its open window.
+    browser.wait_for(
+        "the state panel with the window operator",
+        "const c = document.querySelector('#state-card');
+         return c && !c.hidden && document.querySelector('#state-operator').value === 'window-stats';",
+        Duration::from_secs(20),
+    );
+    let looked_up = browser.wait_for(
+        "a sensor's window in the state panel",
+        "const row = document.querySelector('#state-result .state-window td[data-field=\"count\"]');
+         if (row) return row.textContent;
+         const key = document.querySelector('#state-keys [data-key]');
+         if (key) { key.click(); return null; }
+         const bars = Array.from(document.querySelectorAll('#state-sizes .kg-bar'));
+         const busiest = bars.sort((a, b) => b.getAttribute('height') - a.getAttribute('height'))[0];
+         if (busiest) busiest.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+         else document.querySelector('#state-sizes-btn').click();
+         return null;",
+        Duration::from_secs(30),
+    );
+    let count: u64 = looked_up.as_str().unwrap().replace(',', "").parse().unwrap();
+    assert!(count >= 1, "an open window holds at least one reading: {looked_up}");
+    let header = browser.eval("return document.querySelector('#state-result .state-found b').textContent;");
+    assert!(header.as_str().unwrap().starts_with("Key "), "{header}");
+    browser.eval("document.querySelector('#state-card').scrollIntoView(); return null;");
+    browser.screenshot(&shots.join("state.png"));
+
     // Subtasks expand on click.
     browser.eval("document.querySelector('#operators [data-toggle]').click(); return null;");
     browser.wait_for(

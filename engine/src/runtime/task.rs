@@ -23,6 +23,8 @@ pub(crate) enum TaskCommand {
     TriggerCheckpoint(CheckpointBarrier),
     /// Checkpoint complete: commit.
     CheckpointComplete(CheckpointId),
+    /// The state browser left queries in a keyed operator's mailbox (`state_query`).
+    ServeStateQueries,
 }
 
 /// A task's acknowledgement of a checkpoint, with the snapshots of its operators.
@@ -183,6 +185,7 @@ impl<T: Data> SourceRunner<T> {
                 self.reader.on_checkpoint_complete(id)?;
                 self.fanout.each(|t| t.checkpoint_complete(id))
             }
+            TaskCommand::ServeStateQueries => self.fanout.each(|t| t.serve_state_queries()),
         }
     }
 
@@ -352,6 +355,7 @@ impl InputGate {
                 match op.recv(&env.commands) {
                     Ok(TaskCommand::CheckpointComplete(id)) => head.checkpoint_complete(id)?,
                     Ok(TaskCommand::TriggerCheckpoint(_)) => {}
+                    Ok(TaskCommand::ServeStateQueries) => head.serve_state_queries()?,
                     Err(_) => return Err(Error::Cancelled),
                 }
                 continue;

@@ -6,7 +6,7 @@ use super::views::{
     status_name, CancelView, CheckpointsView, ErrorBody, JobDetail, JobList, JobSummary, MetricsView,
     WatermarksView, ALL_STATUSES, MAX_HISTORY_SECS,
 };
-use super::{assets, prometheus, savepoints};
+use super::{assets, prometheus, savepoints, state};
 use crate::job::now_ms;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -32,8 +32,23 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn not_found(message: impl Into<String>) -> Self {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::NOT_FOUND, message: message.into() }
+    }
+
+    /// 409: the request does not fit the job's status.
+    pub(super) fn conflict(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::CONFLICT, message: message.into() }
+    }
+
+    /// 503: try again later.
+    pub(super) fn unavailable(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into() }
+    }
+
+    /// 500: the server failed (never for bad input).
+    pub(super) fn internal(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into() }
     }
 
     pub(super) fn bad_parameter(name: &str, message: impl std::fmt::Display) -> Self {
@@ -45,10 +60,6 @@ impl ApiError {
 
     pub(super) fn no_job(name: &str) -> Self {
         Self::not_found(format!("no job named `{name}`"))
-    }
-
-    pub(super) fn conflict(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::CONFLICT, message: message.into() }
     }
 }
 
@@ -72,6 +83,10 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/cancel", post(cancel_job))
         .route("/jobs/{name}/savepoints", get(savepoints::list).post(savepoints::trigger))
         .route("/jobs/{name}/stop", post(savepoints::stop))
+        .route("/jobs/{name}/state", get(state::job_state))
+        .route("/jobs/{name}/operators/{operator}/state", get(state::lookup))
+        .route("/jobs/{name}/operators/{operator}/state/keys", get(state::keys))
+        .route("/jobs/{name}/operators/{operator}/state/sizes", get(state::sizes))
         .route("/openapi.json", get(openapi));
     Router::new()
         .nest("/api/v1", api)

@@ -241,6 +241,7 @@ function jobPage(name) {
       <div id="rates-legend" class="series-legend"></div>
     </section>
     ${kafkaCardHtml()}
+    ${stateCardHtml()}
     <section class="card" id="operators-card">
       <div class="card-head"><h2>Operators</h2><span class="hint">rates and ratios over the last second · ▸ shows subtasks</span></div>
       <div id="operators-table"></div>
@@ -255,6 +256,7 @@ function jobPage(name) {
     </div>`;
 
   const state = { name, layout: null, planKey: "", expanded: new Set(), status: null };
+  initStatePanel(name); // state.js
   $("#cancel-btn").addEventListener("click", async () => {
     if (!window.confirm(`Cancel job "${name}"? Sources stop and sinks flush.`)) return;
     try {
@@ -274,13 +276,14 @@ function jobPage(name) {
 
   const base = jobUrl(name);
   startPolling(async () => {
-    const [detail, metrics, watermarks, checkpoints, kafka] = await Promise.all([
+    const [detail, metrics, watermarks, checkpoints, kafka, keyed] = await Promise.all([
       api(base), api(base + "/metrics?history=" + HISTORY_SECS), api(base + "/watermarks"), api(base + "/checkpoints"),
-      api(base + "/kafka?history=" + HISTORY_SECS),
+      api(base + "/kafka?history=" + HISTORY_SECS), api(base + "/state"),
     ]);
     state.last = { detail, metrics };
     renderJob(state, detail, metrics, watermarks, checkpoints);
     renderKafka(kafka); // kafka.js
+    renderStateOverview(keyed); // state.js
   });
 }
 
