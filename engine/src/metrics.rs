@@ -55,6 +55,59 @@ pub mod kafka_gauges {
     }
 }
 
+/// The per-transaction gauges an exactly-once Kafka sink publishes,
+/// `kafka_txn.<transactional id>.<what>`, one set per transactional id of its small pool: the
+/// sink writes them when a transaction changes state, the REST API and the UI read them back.
+pub mod kafka_txn_gauges {
+    /// [`STATE_IDLE`], [`STATE_OPEN`], [`STATE_PRE_COMMITTED`] or [`STATE_COMMITTING`].
+    pub const STATE: &str = "state";
+    /// The producer id the transaction coordinator assigned to the transactional id.
+    pub const PRODUCER_ID: &str = "producer_id";
+    /// The producer epoch of the transaction.
+    pub const PRODUCER_EPOCH: &str = "producer_epoch";
+    /// The checkpoint the transaction belongs to: the one whose barrier pre-committed it, or
+    /// for an open transaction the next checkpoint.
+    pub const CHECKPOINT: &str = "checkpoint";
+    /// When its first record was written (the broker's timeout clock starts then), ms since
+    /// the epoch; negative before.
+    pub const OPENED_MS: &str = "opened_ms";
+    /// Records written into it (updated once per batch).
+    pub const RECORDS: &str = "records";
+    /// The sink's `transaction.timeout.ms`.
+    pub const TIMEOUT_MS: &str = "timeout_ms";
+
+    /// No transaction under this id (free, or committed).
+    pub const STATE_IDLE: i64 = 0;
+    /// Open: records of the current epoch go into it.
+    pub const STATE_OPEN: i64 = 1;
+    /// Flushed at a barrier, waiting for its checkpoint to complete.
+    pub const STATE_PRE_COMMITTED: i64 = 2;
+    /// Its checkpoint completed; the commit is in progress.
+    pub const STATE_COMMITTING: i64 = 3;
+
+    /// The gauge name of `what` for transactional id `id`.
+    pub fn name(id: &str, what: &str) -> String {
+        format!("kafka_txn.{id}.{what}")
+    }
+
+    /// `(transactional id, what)` of a gauge name made by [`name`] (ids may contain dots).
+    pub fn parse(name: &str) -> Option<(&str, &str)> {
+        let rest = name.strip_prefix("kafka_txn.")?;
+        let (id, what) = rest.rsplit_once('.')?;
+        (!id.is_empty()).then_some((id, what))
+    }
+
+    /// The name of a state value, `None` for [`STATE_IDLE`] and unknown values.
+    pub fn state_name(state: i64) -> Option<&'static str> {
+        match state {
+            STATE_OPEN => Some("open"),
+            STATE_PRE_COMMITTED => Some("pre_committed"),
+            STATE_COMMITTING => Some("committing"),
+            _ => None,
+        }
+    }
+}
+
 /// The counters of one operator subtask.
 #[derive(Debug)]
 pub struct SubtaskMetrics {
@@ -256,6 +309,17 @@ impl MetricsRegistry {
 #[cfg(test)]
 mod tests {
     use super::kafka_gauges::{name, parse, LAG};
+
+    #[test]
+    fn kafka_txn_gauge_names_round_trip_with_dotted_ids() {
+        use super::kafka_txn_gauges as t;
+        assert_eq!(t::name("job.a-sink-0-1", t::STATE), "kafka_txn.job.a-sink-0-1.state");
+        assert_eq!(t::parse("kafka_txn.job.a-sink-0-1.state"), Some(("job.a-sink-0-1", "state")));
+        assert_eq!(t::parse("kafka_txn..state"), None);
+        assert_eq!(t::parse("kafka.t.1.lag"), None);
+        assert_eq!(t::state_name(t::STATE_PRE_COMMITTED), Some("pre_committed"));
+        assert_eq!(t::state_name(t::STATE_IDLE), None);
+    }
 
     #[test]
     fn kafka_gauge_names_round_trip_with_dotted_topics() {

@@ -219,7 +219,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(d["failures"], serde_json::json!([]));
 
     // --- unknown job: 404 with a JSON body, on every job endpoint
-    for path in ["", "/metrics", "/watermarks", "/checkpoints", "/kafka"] {
+    for path in ["", "/metrics", "/watermarks", "/checkpoints", "/kafka", "/transactions", "/state"] {
         let e = c.get(&format!("/api/v1/jobs/no-such-job{path}")).error(404);
         assert!(e.contains("no-such-job"), "{e}");
     }
@@ -297,6 +297,9 @@ fn every_endpoint_against_a_running_job() {
     let k = c.ok(&format!("/api/v1/jobs/{JOB}/kafka"));
     assert_eq!(k["sources"], serde_json::json!([]), "{k}");
     assert!(c.get(&format!("/api/v1/jobs/{JOB}/kafka?history=301")).error(400).contains("`history`"));
+    // --- transactions: no Kafka sink here either (the values: jobs/tests/kafka_transactions_api.rs)
+    let t = c.ok(&format!("/api/v1/jobs/{JOB}/transactions"));
+    assert_eq!(t["sinks"], serde_json::json!([]), "{t}");
 
     // --- Prometheus text
     let r = c.get("/metrics");
@@ -325,7 +328,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(index.status, 200);
     assert!(index.content_type.starts_with("text/html") && index.body.contains("/assets/app.js"));
     assert_eq!(c.get(&format!("/jobs/{JOB}")).status, 200);
-    for asset in ["app.js", "kafka.js", "app.css", "favicon.svg"] {
+    for asset in ["app.js", "kafka.js", "state.js", "app.css", "favicon.svg"] {
         assert_eq!(c.get(&format!("/assets/{asset}")).status, 200, "{asset}");
     }
     assert_eq!(c.get("/assets/nope.js").status, 404);
@@ -374,6 +377,7 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/savepoints", "get"),
         ("/api/v1/jobs/{name}/savepoints", "post"),
         ("/api/v1/jobs/{name}/stop", "post"),
+        ("/api/v1/jobs/{name}/transactions", "get"),
         ("/api/v1/jobs/{name}/state", "get"),
         ("/api/v1/jobs/{name}/operators/{operator}/state", "get"),
         ("/api/v1/jobs/{name}/operators/{operator}/state/keys", "get"),

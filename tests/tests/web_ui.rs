@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn free_addr() -> SocketAddr {
@@ -454,14 +456,31 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let source = caudal_operators::kafka::KafkaSourceConfig::new(&stack.brokers, &topic);
+    // The readings are also written exactly-once into `out_topic`; the gate on a second
+    // branch can hold a checkpoint open, so that a pre-committed transaction stays listed.
+    let out_topic = kafka_support::unique("txn-ui");
+    kafka_support::create_topic(&stack, &out_topic, 1);
+    let mut sink = caudal_operators::kafka::KafkaSinkConfig::new(&stack.brokers, &out_topic)
+        .transaction_timeout(Duration::from_secs(900));
+    sink.transactional_id_prefix = Some(kafka_support::unique("txn-ui"));
+    let gate = Gate(Arc::new(AtomicBool::new(true)));
+    let _open_on_drop = OpenOnDrop(gate.0.clone());
+    let job_gate = gate.clone();
     let runner = std::thread::spawn(move || {
         let env = StreamEnv::with_config(config);
-        env.source(
+        let readings = env.source(
             "readings",
             caudal_operators::kafka::KafkaSource::<Value>::json(source),
             caudal::WatermarkStrategy::none(),
-        )
-        .sink("discard", |_| Ok(caudal::testing::CollectSink::new().0));
+        );
+        readings.clone().sink("discard", |_| Ok(caudal::testing::CollectSink::new().0));
+        readings.clone().sink("kafka-out", move |_| {
+            Ok(caudal_operators::kafka::KafkaSink::new(sink.clone(), caudal_operators::kafka::JsonSerializer))
+        });
+        readings
+            .rebalance()
+            .transform("gate", move |_| Ok(job_gate.clone()))
+            .sink("gated", |_| Ok(caudal::testing::CollectSink::new().0));
         let _ = tx.send(env.stop_handle());
         env.execute("kafka-lag-ui")
     });
@@ -495,8 +514,64 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
     browser.screenshot(&artifacts().join("kafka-lag.png"));
 
+    // Sink transactions: with the gate closed, new readings are pre-committed at the next
+    // barrier and wait there (the gate holds the checkpoint open), listed with their age.
+    gate.0.store(false, Ordering::SeqCst);
+    let batch: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..7).map(|i| (vec![], format!("{{\"n\":{i}}}").into_bytes())).collect();
+    kafka_support::produce_raw(&stack, &topic, 0, &batch);
+    let row = browser.wait_for(
+        "a pre-committed transaction in the table",
+        "const r = document.querySelector('#txn-card:not([hidden]) #transactions tr[data-state=\"pre_committed\"]');
+         return r ? Array.from(r.children).map(c => c.textContent) : null;",
+        Duration::from_secs(60),
+    );
+    let cells: Vec<&str> = row.as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(cells[0], "kafka-out", "{cells:?}");
+    assert!(cells[5].starts_with("pre-committed"), "{cells:?}");
+    assert_eq!(cells[6], "7", "{cells:?}");
+    assert!(cells[7].contains(" / 15m"), "age against the 900 s timeout: {cells:?}");
+    browser.eval("window.scrollTo(0, document.querySelector('#txn-card').offsetTop - 70); return null;");
+    browser.screenshot(&artifacts().join("kafka-transactions.png"));
+    gate.0.store(true, Ordering::SeqCst);
+    browser.wait_for(
+        "the transaction committed",
+        "return document.querySelectorAll('#transactions tr[data-state]').length === 0;",
+        Duration::from_secs(60),
+    );
+
     drop(stop);
     runner.join().unwrap().expect("the job ends cleanly");
+}
+
+/// Holds every batch while closed.
+#[derive(Clone)]
+struct Gate(Arc<AtomicBool>);
+
+impl caudal::Operator for Gate {
+    type In = Value;
+    type Out = Value;
+    fn process_batch(
+        &mut self,
+        mut b: caudal::Batch<Value>,
+        out: &mut caudal::Batch<Value>,
+        _: &mut caudal::OperatorContext,
+    ) -> caudal::Result<()> {
+        while !self.0.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        out.append(&mut b);
+        Ok(())
+    }
+}
+
+/// Opens the gate when the test ends, panicking or not, so the job can stop.
+struct OpenOnDrop(Arc<AtomicBool>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Stops the job if the test panics before it cancels it.

@@ -2,6 +2,7 @@
 
 use super::kafka::KafkaView;
 use super::registry::JobRegistry;
+use super::transactions::TransactionsView;
 use super::views::{
     status_name, CancelView, CheckpointsView, ErrorBody, JobDetail, JobList, JobSummary, MetricsView,
     WatermarksView, ALL_STATUSES, MAX_HISTORY_SECS,
@@ -83,6 +84,7 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/cancel", post(cancel_job))
         .route("/jobs/{name}/savepoints", get(savepoints::list).post(savepoints::trigger))
         .route("/jobs/{name}/stop", post(savepoints::stop))
+        .route("/jobs/{name}/transactions", get(job_transactions))
         .route("/jobs/{name}/state", get(state::job_state))
         .route("/jobs/{name}/operators/{operator}/state", get(state::lookup))
         .route("/jobs/{name}/operators/{operator}/state/keys", get(state::keys))
@@ -186,6 +188,17 @@ async fn job_kafka(
     let history = history_secs(&p)?.unwrap_or(MAX_HISTORY_SECS);
     let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
     Ok(Json(KafkaView::of(&job, now_ms(), Duration::from_secs(history))))
+}
+
+async fn job_transactions(
+    State(reg): Reg,
+    path: Result<Path<String>, PathRejection>,
+    query: Params,
+) -> ApiResult<TransactionsView> {
+    let name = job_name(path)?;
+    params(query, &[])?;
+    let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
+    Ok(Json(TransactionsView::of(&job, now_ms())))
 }
 
 async fn job_watermarks(

@@ -32,6 +32,7 @@ mod registry;
 mod savepoints;
 mod server;
 mod state;
+mod transactions;
 mod views;
 
 pub use registry::{JobRegistry, HISTORY_SAMPLES, SAMPLE_INTERVAL};

@@ -37,6 +37,9 @@ pub mod names {
     pub const KAFKA_CHECKPOINTED_OFFSET: &str = "caudal_kafka_partition_checkpointed_offset";
     /// A Kafka source partition's lag: end offset minus checkpointed offset.
     pub const KAFKA_LAG: &str = "caudal_kafka_partition_lag";
+    /// Age of an open or pending Kafka sink transaction (labels `transactional_id`, `state`,
+    /// `checkpoint`), from its first record; compare with `transaction.timeout.ms`.
+    pub const KAFKA_TXN_AGE: &str = "caudal_kafka_sink_transaction_age_seconds";
 }
 
 /// Escape a label value: backslash, double quote and line feed.
@@ -101,7 +104,31 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "gauge",
         "Records of a Kafka source partition not yet covered by a completed checkpoint.",
     );
+    let mut txn_age = Family::new(
+        KAFKA_TXN_AGE,
+        "gauge",
+        "Age of an open or pre-committed Kafka sink transaction since its first record.",
+    );
+    let now = crate::job::now_ms();
     for job in registry.list() {
+        for sink in super::transactions::TransactionsView::of(&job, now).sinks {
+            let o = format!(
+                "job=\"{}\",operator=\"{}\",operator_id=\"{}\"",
+                label(&job.view.name),
+                label(&sink.operator),
+                sink.operator_id
+            );
+            for t in sink.transactions {
+                let Some(age) = t.age_ms else { continue };
+                let l = format!(
+                    "{o},transactional_id=\"{}\",state=\"{}\",checkpoint=\"{}\"",
+                    label(&t.transactional_id),
+                    t.state,
+                    t.checkpoint
+                );
+                txn_age.add(&l, age as f64 / 1000.0);
+            }
+        }
         let v = &job.view;
         let j = label(&v.name);
         let current = v.status();
@@ -160,6 +187,7 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &kafka_end,
         &kafka_done,
         &kafka_lag,
+        &txn_age,
     ] {
         f.write_to(&mut out);
     }

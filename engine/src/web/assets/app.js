@@ -241,6 +241,7 @@ function jobPage(name) {
       <div id="rates-legend" class="series-legend"></div>
     </section>
     ${kafkaCardHtml()}
+    ${transactionsCardHtml()}
     ${stateCardHtml()}
     <section class="card" id="operators-card">
       <div class="card-head"><h2>Operators</h2><span class="hint">rates and ratios over the last second · ▸ shows subtasks</span></div>
@@ -276,13 +277,14 @@ function jobPage(name) {
 
   const base = jobUrl(name);
   startPolling(async () => {
-    const [detail, metrics, watermarks, checkpoints, kafka, keyed] = await Promise.all([
+    const [detail, metrics, watermarks, checkpoints, kafka, keyed, txns] = await Promise.all([
       api(base), api(base + "/metrics?history=" + HISTORY_SECS), api(base + "/watermarks"), api(base + "/checkpoints"),
-      api(base + "/kafka?history=" + HISTORY_SECS), api(base + "/state"),
+      api(base + "/kafka?history=" + HISTORY_SECS), api(base + "/state"), api(base + "/transactions"),
     ]);
     state.last = { detail, metrics };
     renderJob(state, detail, metrics, watermarks, checkpoints);
     renderKafka(kafka); // kafka.js
+    renderTransactions(txns); // kafka.js
     renderStateOverview(keyed); // state.js
   });
 }

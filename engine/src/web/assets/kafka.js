@@ -95,3 +95,35 @@ function renderKafkaChart(kafka, series) {
   svg.setAttribute("height", H);
   svg.innerHTML = out;
 }
+
+// ---------- pending sink transactions (/api/v1/jobs/<name>/transactions) ----------
+
+function transactionsCardHtml() {
+  return `<section class="card" id="txn-card" hidden>
+      <div class="card-head"><h2>Kafka sink transactions</h2><span class="hint">open and pre-committed transactions of the exactly-once sinks; age against transaction.timeout.ms</span></div>
+      <div id="txn-table"></div>
+    </section>`;
+}
+
+const TXN_STATES = { open: "open", pre_committed: "pre-committed · awaiting checkpoint", committing: "committing" };
+
+function renderTransactions(t) {
+  const card = $("#txn-card");
+  if (!card) return;
+  card.hidden = !t.sinks.length;
+  if (!t.sinks.length) return;
+  const rows = t.sinks.flatMap((s) => s.transactions.map((x) => {
+    const pct = x.timeout_fraction == null ? null : Math.min(1, x.timeout_fraction);
+    const colour = pct == null ? "#94a3b8" : pct > 0.8 ? "#dc2626" : pct > 0.5 ? "#d97706" : "#0d9488";
+    return `<tr data-txn="${esc(x.transactional_id)}" data-state="${esc(x.state)}"><td>${esc(s.operator)}</td>
+      <td class="mono">${esc(x.transactional_id)}</td><td class="num">${x.producer_id}</td><td class="num">${x.producer_epoch}</td>
+      <td class="num">${x.checkpoint}</td><td><span class="txn-state ${esc(x.state)}">${esc(TXN_STATES[x.state] || x.state)}</span></td>
+      <td class="num">${fmtInt(x.records)}</td>
+      <td class="num txn-age">${x.age_ms == null ? `<span class="muted">—</span>` :
+        `<span class="bar"><i style="width:${Math.round(100 * pct)}%;background:${colour}"></i></span>${fmtDuration(x.age_ms)} / ${fmtDuration(x.timeout_ms)}`}</td></tr>`;
+  })).join("");
+  const ids = t.sinks.reduce((a, s) => a + s.transactional_ids, 0);
+  $("#txn-table").innerHTML = `<table id="transactions"><thead><tr><th>Sink</th><th>Transactional id</th><th class="num">Producer id</th>
+    <th class="num">Epoch</th><th class="num">Checkpoint</th><th>State</th><th class="num">Records</th><th class="num">Age / timeout</th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="8" class="muted">No open or pending transactions (${ids} transactional ids in the pools).</td></tr>`}</tbody></table>`;
+}

@@ -105,7 +105,13 @@ impl<T: Data> Sink for KafkaSink<T> {
                 }
                 .run(&self.restored, restored)?;
                 self.restored.clear();
-                let mut txns = Transactions::new(self.config.clone(), coordinator, prefix, ctx.subtask);
+                let mut txns = Transactions::new(
+                    self.config.clone(),
+                    coordinator,
+                    prefix,
+                    ctx.subtask,
+                    ctx.metrics.clone(),
+                );
                 txns.reserve(reserved, restored.unwrap_or(0));
                 Mode::Transactional(Box::new(txns))
             }
