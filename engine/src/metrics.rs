@@ -25,8 +25,9 @@ pub mod names {
     pub const SINK_RETRIES: &str = "sink_retries";
 }
 
-/// The per-partition gauges a Kafka source publishes, `kafka.<topic>.<partition>.<what>`:
-/// the source writes them, the REST API, the UI and `/metrics` read them back.
+/// The per-partition gauges a Kafka source (lag, health) or sink (health) publishes,
+/// `kafka.<topic>.<partition>.<what>`: the connector writes them, the REST API, the UI and
+/// `/metrics` read them back.
 pub mod kafka_gauges {
     /// The partition's end offset: its last stable offset (what a `read_committed` reader
     /// can reach) from the client's statistics; negative until the first statistics arrive.
@@ -38,6 +39,14 @@ pub mod kafka_gauges {
     /// `end_offset - checkpointed_offset` (records not yet covered by a checkpoint);
     /// negative while the end offset is unknown.
     pub const LAG: &str = "lag";
+    /// Broker health (sources and sinks): the broker id of the partition's leader (-1: none
+    /// or unknown), from the cluster metadata.
+    pub const LEADER: &str = "leader";
+    /// Broker health: how many replicas the partition has (-1: unknown).
+    pub const REPLICAS: &str = "replicas";
+    /// Broker health: how many of them are in sync (-1: unknown); fewer than
+    /// [`REPLICAS`] means under-replicated.
+    pub const IN_SYNC_REPLICAS: &str = "in_sync_replicas";
 
     /// The gauge name of `what` for partition `partition` of `topic`.
     pub fn name(topic: &str, partition: i32, what: &str) -> String {

@@ -511,6 +511,24 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     assert_eq!(lines, json!(["0", "1"]));
     let legend = browser.eval("return document.querySelector('#kafka-legend').textContent;");
     assert!(legend.as_str().unwrap().contains("partition 1"), "{legend}");
+    // Broker health: every partition read or written, one replica, in sync.
+    let health = browser.wait_for(
+        "broker health of the source's and the sink's partitions",
+        "const rows = Array.from(document.querySelectorAll('#kafka-health-table tbody tr'));
+         return rows.length === 3 && rows.every(r => r.children[5].textContent === '1')
+           ? rows.map(r => [r.dataset.kind, r.dataset.partition, r.children[4].textContent, r.children[6].textContent]) : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        health,
+        json!([
+            ["source", "0", "1", "in sync"],
+            ["source", "1", "1", "in sync"],
+            ["sink", "0", "1", "in sync"]
+        ])
+    );
+    let summary = browser.eval("return document.querySelector('#kafka-health p').textContent;");
+    assert!(summary.as_str().unwrap().contains("every partition in sync"), "{summary}");
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
     browser.screenshot(&artifacts().join("kafka-lag.png"));
 

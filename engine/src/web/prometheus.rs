@@ -37,6 +37,11 @@ pub mod names {
     pub const KAFKA_CHECKPOINTED_OFFSET: &str = "caudal_kafka_partition_checkpointed_offset";
     /// A Kafka source partition's lag: end offset minus checkpointed offset.
     pub const KAFKA_LAG: &str = "caudal_kafka_partition_lag";
+    /// Replicas of a Kafka source or sink partition, from the cluster metadata.
+    pub const KAFKA_REPLICAS: &str = "caudal_kafka_partition_replicas";
+    /// In-sync replicas of a Kafka source or sink partition (fewer than the replicas:
+    /// under-replicated).
+    pub const KAFKA_ISR: &str = "caudal_kafka_partition_in_sync_replicas";
     /// Age of an open or pending Kafka sink transaction (labels `transactional_id`, `state`,
     /// `checkpoint`), from its first record; compare with `transaction.timeout.ms`.
     pub const KAFKA_TXN_AGE: &str = "caudal_kafka_sink_transaction_age_seconds";
@@ -104,6 +109,10 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "gauge",
         "Records of a Kafka source partition not yet covered by a completed checkpoint.",
     );
+    let mut kafka_replicas =
+        Family::new(KAFKA_REPLICAS, "gauge", "Replicas of a Kafka source or sink partition.");
+    let mut kafka_isr =
+        Family::new(KAFKA_ISR, "gauge", "In-sync replicas of a Kafka source or sink partition.");
     let mut txn_age = Family::new(
         KAFKA_TXN_AGE,
         "gauge",
@@ -163,6 +172,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     kafka_gauges::END_OFFSET => &mut kafka_end,
                     kafka_gauges::CHECKPOINTED_OFFSET => &mut kafka_done,
                     kafka_gauges::LAG => &mut kafka_lag,
+                    kafka_gauges::REPLICAS => &mut kafka_replicas,
+                    kafka_gauges::IN_SYNC_REPLICAS => &mut kafka_isr,
                     _ => continue,
                 };
                 // Negative: not known yet (no statistics or no checkpoint so far).
@@ -187,6 +198,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &kafka_end,
         &kafka_done,
         &kafka_lag,
+        &kafka_replicas,
+        &kafka_isr,
         &txn_age,
     ] {
         f.write_to(&mut out);

@@ -6,10 +6,13 @@
 // The card's markup, placed by app.js on the job page.
 function kafkaCardHtml() {
   return `<section class="card" id="kafka-card" hidden>
-      <div class="card-head"><h2>Kafka consumer lag</h2><span class="hint">records per partition between its end offset and the last completed checkpoint, last ${HISTORY_SECS / 60} minutes</span></div>
-      <div class="chart-wrap"><svg id="kafka-chart" role="img" aria-label="Consumer lag per partition over time"></svg></div>
-      <div id="kafka-legend" class="series-legend"></div>
-      <div id="kafka-table"></div>
+      <div class="card-head"><h2>Kafka</h2><span class="hint">consumer lag: records per partition between its end offset and the last completed checkpoint, last ${HISTORY_SECS / 60} minutes</span></div>
+      <div id="kafka-lag-part">
+        <div class="chart-wrap"><svg id="kafka-chart" role="img" aria-label="Consumer lag per partition over time"></svg></div>
+        <div id="kafka-legend" class="series-legend"></div>
+        <div id="kafka-table"></div>
+      </div>
+      <div id="kafka-health"></div>
     </section>`;
 }
 
@@ -35,7 +38,9 @@ function kafkaSeries(kafka) {
 function renderKafka(kafka) {
   const card = $("#kafka-card");
   if (!card) return;
-  card.hidden = !kafka.sources.length;
+  card.hidden = !kafka.sources.length && !kafka.health.length;
+  renderKafkaHealth(kafka);
+  $("#kafka-lag-part").hidden = !kafka.sources.length;
   if (!kafka.sources.length) return;
   const series = kafkaSeries(kafka);
   renderKafkaChart(kafka, series);
@@ -94,6 +99,23 @@ function renderKafkaChart(kafka, series) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("height", H);
   svg.innerHTML = out;
+}
+
+// Broker health seen from the client: replicas and in-sync replicas per partition.
+function renderKafkaHealth(kafka) {
+  const n = (v) => (v == null ? `<span class="muted">—</span>` : v);
+  const rows = kafka.health.flatMap((h) => h.partitions.map((p) => {
+    const state = p.under_replicated == null ? `<span class="muted">unknown</span>` :
+      p.under_replicated ? `<span class="health bad">under-replicated</span>` : `<span class="health ok">in sync</span>`;
+    return `<tr data-topic="${esc(h.topic)}" data-partition="${p.partition}" data-kind="${esc(h.kind)}"><td>${esc(h.operator)} ${kindTag(h.kind)}</td>
+      <td class="mono">${esc(h.topic)}</td><td class="num">${p.partition}</td><td class="num">${n(p.leader)}</td>
+      <td class="num">${n(p.replicas)}</td><td class="num">${n(p.in_sync_replicas)}</td><td>${state}</td></tr>`;
+  })).join("");
+  const under = kafka.under_replicated_partitions;
+  $("#kafka-health").innerHTML = !kafka.health.length ? "" : `<p class="pad-x"><b>Broker health</b> <span class="muted">(cluster metadata, every 10 s)</span>:
+      ${under ? `<span class="health bad">${under} under-replicated partition${under > 1 ? "s" : ""}</span>` : `<span class="health ok">every partition in sync</span>`}</p>
+    <table id="kafka-health-table"><thead><tr><th>Operator</th><th>Topic</th><th class="num">Partition</th><th class="num">Leader</th>
+      <th class="num">Replicas</th><th class="num">In sync</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 // ---------- pending sink transactions (/api/v1/jobs/<name>/transactions) ----------
