@@ -1,6 +1,7 @@
 //! Counters per operator and subtask, shared between tasks, the progress line and the REST API.
 //!
-//! Counters are relaxed atomics updated once per batch, never per record.
+//! Counters are relaxed atomics updated once per batch, never per record. Latency is a
+//! histogram per subtask fed by latency markers (a few per second, never per record).
 
 use crate::types::{Timestamp, MIN_WATERMARK};
 use parking_lot::Mutex;
@@ -117,6 +118,81 @@ pub mod kafka_txn_gauges {
     }
 }
 
+/// How long a latency histogram window lasts: a read covers the current window and the one
+/// before, i.e. the last 30 to 60 s.
+pub const LATENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The record latency one operator subtask saw (from latency markers), over the last
+/// [`LATENCY_WINDOW`] to twice that: `hdrhistogram`s of microseconds at 2 significant digits
+/// (1 % resolution), the summary recomputed at each marker (a few per second) so that reads
+/// copy it.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    current: hdrhistogram::Histogram<u64>,
+    /// The previous window plus the current one.
+    window: hdrhistogram::Histogram<u64>,
+    started: std::time::Instant,
+    summary: Option<LatencySummary>,
+}
+
+fn new_histogram() -> hdrhistogram::Histogram<u64> {
+    // 1 µs to 1 s to start with (a few KB), growing when a slower marker arrives.
+    let mut h = hdrhistogram::Histogram::new_with_bounds(1, 1_000_000, 2)
+        .unwrap_or_else(|_| unreachable!("valid histogram bounds"));
+    h.auto(true);
+    h
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            current: new_histogram(),
+            window: new_histogram(),
+            started: std::time::Instant::now(),
+            summary: None,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Record one latency.
+    pub fn record(&mut self, us: u64) {
+        if self.started.elapsed() >= LATENCY_WINDOW {
+            let previous = std::mem::replace(&mut self.current, new_histogram());
+            self.window = previous;
+            self.started = std::time::Instant::now();
+        }
+        // Auto-resizing: cannot be out of range.
+        let _ = self.current.record(us.max(1));
+        let _ = self.window.record(us.max(1));
+        self.summary = LatencySummary::of(&self.window);
+    }
+}
+
+/// p50, p99 and max of a latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencySummary {
+    /// Markers seen in the window.
+    pub count: u64,
+    /// Median, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile, microseconds.
+    pub p99_us: u64,
+    /// Maximum, microseconds.
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    fn of(h: &hdrhistogram::Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| LatencySummary {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        })
+    }
+}
+
 /// The counters of one operator subtask.
 #[derive(Debug)]
 pub struct SubtaskMetrics {
@@ -132,6 +208,7 @@ pub struct SubtaskMetrics {
     pub backpressured_ns: AtomicU64,
     custom: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     gauges: Mutex<BTreeMap<String, Arc<AtomicI64>>>,
+    latency: Mutex<LatencyHistogram>,
 }
 
 impl Default for SubtaskMetrics {
@@ -144,6 +221,7 @@ impl Default for SubtaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             custom: Mutex::new(BTreeMap::new()),
             gauges: Mutex::new(BTreeMap::new()),
+            latency: Mutex::new(LatencyHistogram::default()),
         }
     }
 }
@@ -182,6 +260,16 @@ impl SubtaskMetrics {
     /// The current value of every gauge.
     pub fn gauge_values(&self) -> BTreeMap<String, i64> {
         self.gauges.lock().iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Record the age of a latency marker that reached this subtask, in microseconds.
+    pub fn record_latency_us(&self, us: u64) {
+        self.latency.lock().record(us);
+    }
+
+    /// p50/p99/max of the latency markers of the last 30-60 s (`None`: none arrived).
+    pub fn latency(&self) -> Option<LatencySummary> {
+        self.latency.lock().summary
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -232,6 +320,8 @@ pub struct OperatorSnapshot {
     pub counters: BTreeMap<String, u64>,
     /// Gauges of every subtask (names are unique per subtask, e.g. per Kafka partition).
     pub gauges: BTreeMap<String, i64>,
+    /// Record latency over all subtasks (from latency markers; `None`: none arrived).
+    pub latency: Option<LatencySummary>,
 }
 
 /// One subtask's counters.
@@ -253,6 +343,8 @@ pub struct SubtaskSnapshot {
     /// Gauges.
     #[serde(skip)]
     pub gauges: BTreeMap<String, i64>,
+    /// Record latency (from latency markers; `None`: none arrived).
+    pub latency: Option<LatencySummary>,
 }
 
 impl MetricsRegistry {
@@ -290,8 +382,20 @@ impl MetricsRegistry {
                         backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
                         counters: s.custom_values(),
                         gauges: s.gauge_values(),
+                        latency: s.latency(),
                     })
                     .collect();
+                // One subtask: its summary; several: their windows merged.
+                let latency = match &op.subtasks[..] {
+                    [one] => one.latency(),
+                    many => {
+                        let mut merged = new_histogram();
+                        for s in many {
+                            let _ = merged.add(&s.latency.lock().window);
+                        }
+                        LatencySummary::of(&merged)
+                    }
+                };
                 let mut counters = BTreeMap::new();
                 for s in &subtasks {
                     for (k, v) in &s.counters {
@@ -309,6 +413,7 @@ impl MetricsRegistry {
                     subtasks,
                     counters,
                     gauges,
+                    latency,
                 }
             })
             .collect()

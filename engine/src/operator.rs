@@ -168,6 +168,14 @@ pub trait Operator: Send + 'static {
         None
     }
 
+    /// The state browser's key lookup, before it reads the backend: the current entries of
+    /// `key` (encoded as by [`Operator::state_key_from_json`]) held in memory and newer than
+    /// the backend, as `(state name, encoded namespace, value)`; `None` when the backend is
+    /// current for this key. Lets a lookup skip [`Operator::prepare_state_read`].
+    fn cached_state(&self, _key: &[u8]) -> Option<crate::state_query::CachedEntries> {
+        None
+    }
+
     /// The state browser: a stored user key as JSON, `None` when it cannot be decoded.
     fn state_key_to_json(&self, _key: &[u8]) -> Option<serde_json::Value> {
         None

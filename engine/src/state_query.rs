@@ -13,10 +13,13 @@
 //! and completions use). The task drains the mailbox when it handles that command, which
 //! it does only between batches — so a reader never sees a batch half applied and never
 //! races the operator — and answers on a one-shot channel the server awaits with a
-//! timeout. Before reading, the operator writes its in-memory cache through to the
-//! backend ([`Operator::prepare_state_read`](crate::Operator::prepare_state_read); the
-//! window operator does what it does at a barrier), so an answer is the live state, not
-//! the state of the last checkpoint. The hot path pays nothing: no per-batch poll, no lock.
+//! timeout. A key lookup first asks the operator for the key's entries in its in-memory
+//! cache ([`Operator::cached_state`](crate::Operator::cached_state): a hash lookup), and reads
+//! the backend only when the operator holds none newer; listing a key group and the sizes
+//! first have the operator write its cache through to the backend
+//! ([`Operator::prepare_state_read`](crate::Operator::prepare_state_read); the window operator
+//! does what it does at a barrier). Either way an answer is the live state, not the state of
+//! the last checkpoint. The hot path pays nothing: no per-batch poll, no lock.
 //! A task stuck on backpressure answers late; the server then reports a timeout.
 //!
 //! Works for RocksDB and heap backends alike (it uses the backend's own
@@ -26,7 +29,7 @@
 use crate::state::KeyedState;
 use crate::Result;
 use caudal_checkpoints::keys::{decode_key, DecodedKey};
-use caudal_checkpoints::KeyGroupStats;
+use caudal_checkpoints::{KeyGroupStats, StateId, StateKey};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -34,13 +37,16 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// How many queries may wait for one subtask; more are answered "busy".
-pub const MAILBOX_CAPACITY: usize = 16;
+pub const MAILBOX_CAPACITY: usize = 64;
 
 /// The most entries one page of a key group may hold.
 pub const MAX_PAGE: usize = 1000;
 
 /// The most entries a key lookup returns (one key has one entry per state and namespace).
 const MAX_LOOKUP_ENTRIES: usize = 256;
+
+/// A key's entries held in an operator's memory: `(state name, encoded namespace, value)`.
+pub type CachedEntries = Vec<(String, Vec<u8>, Vec<u8>)>;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -206,6 +212,7 @@ pub(crate) trait StateDecoder {
     fn key_from_json(&self, key: &serde_json::Value) -> Option<Result<(u16, Vec<u8>)>>;
     fn key_to_json(&self, key: &[u8]) -> Option<serde_json::Value>;
     fn value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value>;
+    fn cached(&self, key: &[u8]) -> Option<CachedEntries>;
 }
 
 /// Answers `request` from `keyed` (on the task thread, between batches).
@@ -240,6 +247,23 @@ fn try_answer(
             };
             if !key_groups.contains(&key_group) {
                 return Ok(StateReply::NotOwned);
+            }
+            if let Some(cached) = decoder.cached(&encoded) {
+                let mut entries = Vec::with_capacity(cached.len());
+                for (state, namespace, value) in cached {
+                    let id = StateId::new(&state)?;
+                    let sk = StateKey { namespace: &namespace, ..StateKey::new(key_group, &id, &encoded) };
+                    let full = sk.encode()?;
+                    let d = DecodedKey {
+                        key_group,
+                        state: &state,
+                        key: &encoded,
+                        namespace: &namespace,
+                        map_key: &[],
+                    };
+                    entries.push(entry(&full, d, &value, decoder));
+                }
+                return Ok(StateReply::Lookup { key_group, entries });
             }
             let backend = keyed.lock()?;
             let mut entries = Vec::new();

@@ -271,6 +271,22 @@ fn every_endpoint_against_a_running_job() {
     let series = op(&h["operators"], "ticks");
     assert_eq!(series["records_out_per_sec"].as_array().unwrap().len(), points);
     assert!(series["records_out_per_sec"].as_array().unwrap().iter().any(|v| v.as_f64().unwrap() > 0.0));
+    // Latency (markers every 200 ms from each source subtask): none at the source, ordered
+    // quantiles above 0 at every operator after it, chained or behind a channel, per subtask too.
+    assert!(ticks["latency"].is_null(), "{ticks}");
+    for name in ["double", "pass", "count"] {
+        let o = op(&m2["operators"], name);
+        let l = &o["latency"];
+        let (count, p50, p99, max) =
+            (l["count"].as_u64(), l["p50_us"].as_u64(), l["p99_us"].as_u64(), l["max_us"].as_u64());
+        let (count, p50, p99, max) = (count.unwrap(), p50.unwrap(), p99.unwrap(), max.unwrap());
+        assert!(count >= 2, "{name}: {l}");
+        assert!(0 < p50 && p50 <= p99 && p99 <= max, "{name}: {l}");
+        for s in o["subtasks"].as_array().unwrap() {
+            let l = &s["latency"];
+            assert!(l["p50_us"].as_u64().unwrap() <= l["max_us"].as_u64().unwrap(), "{name}: {s}");
+        }
+    }
 
     // --- watermarks: per operator and subtask; who holds each minimum back
     let w = c.ok(&format!("/api/v1/jobs/{JOB}/watermarks"));
@@ -312,6 +328,8 @@ fn every_endpoint_against_a_running_job() {
         format!("caudal_operator_records_out_total{{job=\"{JOB}\",operator=\"ticks\",operator_id=\"0\",subtask=\"1\"}} "),
         format!("caudal_operator_records_in_total{{job=\"{JOB}\",operator=\"pass\",operator_id=\"2\",subtask=\"2\"}} "),
         format!("caudal_operator_watermark_milliseconds{{job=\"{JOB}\",operator=\"count\",operator_id=\"3\",subtask=\"0\"}} "),
+        format!("caudal_operator_latency_seconds{{job=\"{JOB}\",operator=\"pass\",operator_id=\"2\",quantile=\"0.99\"}} "),
+        format!("caudal_operator_latency_seconds{{job=\"{JOB}\",operator=\"count\",operator_id=\"3\",quantile=\"1\"}} "),
         "# TYPE caudal_operator_records_out_total counter".to_string(),
         "# TYPE caudal_operator_watermark_milliseconds gauge".to_string(),
     ] {

@@ -371,6 +371,18 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
     assert!(failures.as_str().unwrap().contains("No failures"), "{failures}");
     assert_eq!(browser.eval("return document.querySelector('#live').classList.contains('ok');"), true);
 
+    // Latency: every operator after the source shows p50 / p99 / max, in that order.
+    let latency = browser.wait_for(
+        "latency of the windows",
+        "const c = document.querySelector('#operators tr[data-operator=\"window-stats\"] td.latency[data-max]');
+         return c ? [Number(c.dataset.p50), Number(c.dataset.p99), Number(c.dataset.max), c.textContent] : null;",
+        Duration::from_secs(20),
+    );
+    let l = latency.as_array().unwrap();
+    let (p50, p99, max) = (l[0].as_f64().unwrap(), l[1].as_f64().unwrap(), l[2].as_f64().unwrap());
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{latency}");
+    assert_eq!(l[3].as_str().unwrap().matches(" / ").count(), 2, "{latency}");
+
     // Operator state: the panel offers the window operator; its key-group sizes are drawn;
     // a bar lists the keys of its key group; a key's lookup shows its open window.
     browser.wait_for(

@@ -153,6 +153,7 @@ impl StreamEnv {
                     linger: setup.linger,
                     metrics: setup.metrics,
                     checkpointing: setup.checkpointing,
+                    latency_marker_interval: setup.latency_marker_interval,
                 };
                 Ok(Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
                     as Box<dyn crate::runtime::task::SourceTask>)

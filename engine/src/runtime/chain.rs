@@ -6,7 +6,7 @@
 use crate::error::TaskLocation;
 use crate::operator::{Operator, OperatorContext, Sink};
 use crate::state_query;
-use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, Timestamp};
+use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, LatencyMarker, Timestamp};
 use crate::{Error, Result};
 use std::any::Any;
 use std::sync::atomic::Ordering;
@@ -47,6 +47,10 @@ pub(crate) trait ChainNode: Send {
     /// Answer the state browser's queries waiting for this node and the nodes after it
     /// (between batches; see [`crate::state_query`]).
     fn serve_state_queries(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// A latency marker arrived: record its age, pass it on.
+    fn latency_marker(&mut self, _marker: LatencyMarker) -> Result<()> {
         Ok(())
     }
 }
@@ -243,7 +247,12 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         if let (Some(rx), Some(keyed)) = (self.ctx.state_queries.clone(), self.ctx.keyed.clone()) {
             while let Ok(query) = rx.try_recv() {
                 let op = &mut self.op;
-                let reply = match call(&mut self.ctx, |ctx| op.prepare_state_read(ctx)) {
+                // A lookup reads the operator's cache first (Operator::cached_state): no flush.
+                let prepared = match query.request {
+                    state_query::StateRequest::Lookup { .. } => Ok(()),
+                    _ => call(&mut self.ctx, |ctx| op.prepare_state_read(ctx)),
+                };
+                let reply = match prepared {
                     Ok(()) => {
                         let decoder = Decoder { op: &self.op, ctx: &self.ctx };
                         state_query::answer(query.request, &keyed, &self.ctx.key_groups, &decoder)
@@ -255,6 +264,11 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
             }
         }
         self.fanout.each(|t| t.serve_state_queries())
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.ctx.metrics.record_latency_us(marker.age_us());
+        self.fanout.each(|t| t.latency_marker(marker))
     }
 }
 
@@ -275,6 +289,10 @@ impl<O: Operator> state_query::StateDecoder for Decoder<'_, O> {
 
     fn value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
         self.op.state_value_to_json(state, value)
+    }
+
+    fn cached(&self, key: &[u8]) -> Option<state_query::CachedEntries> {
+        self.op.cached_state(key)
     }
 }
 
@@ -340,5 +358,10 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     fn end(&mut self) -> Result<()> {
         let sink = &mut self.sink;
         call(&mut self.ctx, |ctx| sink.on_close(ctx))
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.ctx.metrics.record_latency_us(marker.age_us());
+        Ok(())
     }
 }

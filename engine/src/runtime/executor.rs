@@ -263,6 +263,7 @@ pub(crate) fn build_tasks_placed(
                         batch_size: config.batch_size,
                         linger: config.linger,
                         checkpointing: config.checkpoints.interval.is_some(),
+                        latency_marker_interval: config.latency_marker_interval,
                     };
                     Runnable::Source(factory(ctx, setup, targets)?)
                 }

@@ -29,6 +29,9 @@ pub mod names {
     pub const BACKPRESSURED_SECONDS: &str = "caudal_operator_backpressured_seconds_total";
     /// An operator subtask's input watermark, ms since the epoch (absent before the first).
     pub const WATERMARK: &str = "caudal_operator_watermark_milliseconds";
+    /// Record latency from the sources to an operator (all subtasks, last 30-60 s, from
+    /// latency markers) at `quantile` 0.5, 0.99 and 1 (the maximum).
+    pub const LATENCY: &str = "caudal_operator_latency_seconds";
     /// An operator's own counters (label `counter`, e.g. `late_records`).
     pub const OPERATOR_COUNTER: &str = "caudal_operator_counter_total";
     /// A Kafka source partition's end (last stable) offset (labels `topic`, `partition`).
@@ -94,6 +97,11 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         WATERMARK,
         "gauge",
         "Input watermark of an operator subtask, milliseconds since the epoch.",
+    );
+    let mut latency = Family::new(
+        LATENCY,
+        "gauge",
+        "Record latency from the sources to an operator over the last 30-60 s (latency markers), by quantile.",
     );
     let mut custom =
         Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
@@ -163,6 +171,11 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     wm.add(&l, s.watermark);
                 }
             }
+            if let Some(l) = op.latency {
+                for (q, us) in [("0.5", l.p50_us), ("0.99", l.p99_us), ("1", l.max_us)] {
+                    latency.add(&format!("{o},quantile=\"{q}\""), us as f64 / 1e6);
+                }
+            }
             for (name, value) in &op.counters {
                 custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
             }
@@ -194,6 +207,7 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &busy,
         &bp,
         &wm,
+        &latency,
         &custom,
         &kafka_end,
         &kafka_done,

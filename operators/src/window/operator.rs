@@ -424,6 +424,17 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
         Some(encode(&typed).map(|bytes| (key_group_of(&typed, ctx.max_parallelism), bytes)))
     }
 
+    /// A key in the cache: its windows as they are now (the backend may hold older ones).
+    fn cached_state(&self, key: &[u8]) -> Option<caudal::state_query::CachedEntries> {
+        let typed: K = decode(key).ok()?;
+        let entry = self.cache.as_ref()?.entries.get(&typed)?;
+        if entry.slots.is_empty() {
+            return Some(Vec::new()); // every window fired and cleaned up: no state
+        }
+        let value = encode_slots(&entry.slots).ok()?;
+        Some(vec![(WINDOW_STATE.to_string(), Vec::new(), value)])
+    }
+
     fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
         serde_json::to_value(decode::<K>(key).ok()?).ok()
     }
