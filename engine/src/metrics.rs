@@ -170,7 +170,7 @@ impl LatencyHistogram {
 }
 
 /// p50, p99 and max of a latency histogram.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct LatencySummary {
     /// Markers seen in the window.
     pub count: u64,
@@ -191,6 +191,17 @@ impl LatencySummary {
             max_us: h.max(),
         })
     }
+}
+
+/// Several subtasks' summaries combined without their histograms: counts summed, quantiles
+/// the largest (an upper bound of the merged quantile).
+fn upper_bound(summaries: impl Iterator<Item = Option<LatencySummary>>) -> Option<LatencySummary> {
+    summaries.flatten().reduce(|a, b| LatencySummary {
+        count: a.count + b.count,
+        p50_us: a.p50_us.max(b.p50_us),
+        p99_us: a.p99_us.max(b.p99_us),
+        max_us: a.max_us.max(b.max_us),
+    })
 }
 
 /// The counters of one operator subtask.
@@ -270,6 +281,12 @@ impl SubtaskMetrics {
     /// p50/p99/max of the latency markers of the last 30-60 s (`None`: none arrived).
     pub fn latency(&self) -> Option<LatencySummary> {
         self.latency.lock().summary
+    }
+
+    /// Show `summary` as this subtask's latency (a job manager mirroring what an executor
+    /// process reported; the histogram itself stays there).
+    pub fn mirror_latency(&self, summary: Option<LatencySummary>) {
+        self.latency.lock().summary = summary;
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -385,7 +402,8 @@ impl MetricsRegistry {
                         latency: s.latency(),
                     })
                     .collect();
-                // One subtask: its summary; several: their windows merged.
+                // One subtask: its summary; several: their windows merged (or, when the
+                // histograms live in executor processes, the largest of their quantiles).
                 let latency = match &op.subtasks[..] {
                     [one] => one.latency(),
                     many => {
@@ -393,7 +411,7 @@ impl MetricsRegistry {
                         for s in many {
                             let _ = merged.add(&s.latency.lock().window);
                         }
-                        LatencySummary::of(&merged)
+                        LatencySummary::of(&merged).or_else(|| upper_bound(many.iter().map(|s| s.latency())))
                     }
                 };
                 let mut counters = BTreeMap::new();

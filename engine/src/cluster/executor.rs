@@ -308,6 +308,7 @@ fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounte
                 backpressured_ns: s.backpressured_ns,
                 counters: s.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                 gauges: s.gauges.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                latency: s.latency,
             });
         }
     }
