@@ -33,6 +33,10 @@ pub struct JobConfig {
     /// Local working directory of the RocksDB backends (`CAUDAL__STATE_DIR`); default: a
     /// fresh directory under the system temp dir, removed when the job ends.
     pub state_dir: Option<std::path::PathBuf>,
+    /// How often each source subtask emits a latency marker, from which every operator
+    /// keeps a latency histogram (p50/p99/max in the REST API and `/metrics`); `None`
+    /// disables them (`CAUDAL__LATENCY_MARKER_INTERVAL_MS`, 0 disables). Default 200 ms.
+    pub latency_marker_interval: Option<Duration>,
     /// Tests only: abort the process at this crash point of this checkpoint
     /// (`CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>`, see [`crate::crash`]).
     pub crash_at: Option<(String, u64)>,
@@ -115,6 +119,7 @@ impl Default for JobConfig {
             checkpoints: CheckpointConfig::default(),
             state: caudal_checkpoints::StateBackendConfig::default(),
             state_dir: None,
+            latency_marker_interval: Some(Duration::from_millis(200)),
             crash_at: None,
         }
     }
@@ -146,6 +151,10 @@ impl JobConfig {
                     self.state.kind = parse_backend(&value).map_err(|m| Error::config(key.clone(), m))?
                 }
                 "STATE_DIR" => self.state_dir = Some(value.clone().into()),
+                "LATENCY_MARKER_INTERVAL_MS" => {
+                    let ms = parse_u(&value)?;
+                    self.latency_marker_interval = (ms > 0).then(|| Duration::from_millis(ms));
+                }
                 "TEST_CRASH_AT" => {
                     let (point, id) = value.rsplit_once(':').ok_or_else(|| {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")

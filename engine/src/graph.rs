@@ -23,6 +23,7 @@ pub(crate) struct SourceSetup {
     pub(crate) batch_size: usize,
     pub(crate) linger: std::time::Duration,
     pub(crate) checkpointing: bool,
+    pub(crate) latency_marker_interval: Option<std::time::Duration>,
 }
 
 /// Builds a source subtask given its context and its (already built) consumers.

@@ -113,6 +113,8 @@ pub struct JobView {
     stop: crate::StopHandle,
     /// The savepoint a stop asked for (copied from the final checkpoint).
     stop_savepoint: RwLock<Option<String>>,
+    /// The state browser's mailboxes of the job's keyed operator subtasks.
+    pub(crate) state_queries: Arc<crate::state_query::StateQueries>,
 }
 
 /// Milliseconds since the epoch.
@@ -144,6 +146,7 @@ impl JobView {
             cancel,
             stop,
             stop_savepoint: RwLock::new(None),
+            state_queries: Arc::default(),
         }
     }
 

@@ -39,6 +39,7 @@ mod runtime;
 pub mod savepoint;
 pub mod source;
 pub mod state;
+pub mod state_query;
 pub mod testing;
 pub mod types;
 pub mod web;

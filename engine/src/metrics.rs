@@ -1,6 +1,7 @@
 //! Counters per operator and subtask, shared between tasks, the progress line and the REST API.
 //!
-//! Counters are relaxed atomics updated once per batch, never per record.
+//! Counters are relaxed atomics updated once per batch, never per record. Latency is a
+//! histogram per subtask fed by latency markers (a few per second, never per record).
 
 use crate::types::{Timestamp, MIN_WATERMARK};
 use parking_lot::Mutex;
@@ -25,8 +26,9 @@ pub mod names {
     pub const SINK_RETRIES: &str = "sink_retries";
 }
 
-/// The per-partition gauges a Kafka source publishes, `kafka.<topic>.<partition>.<what>`:
-/// the source writes them, the REST API, the UI and `/metrics` read them back.
+/// The per-partition gauges a Kafka source (lag, health) or sink (health) publishes,
+/// `kafka.<topic>.<partition>.<what>`: the connector writes them, the REST API, the UI and
+/// `/metrics` read them back.
 pub mod kafka_gauges {
     /// The partition's end offset: its last stable offset (what a `read_committed` reader
     /// can reach) from the client's statistics; negative until the first statistics arrive.
@@ -38,6 +40,14 @@ pub mod kafka_gauges {
     /// `end_offset - checkpointed_offset` (records not yet covered by a checkpoint);
     /// negative while the end offset is unknown.
     pub const LAG: &str = "lag";
+    /// Broker health (sources and sinks): the broker id of the partition's leader (-1: none
+    /// or unknown), from the cluster metadata.
+    pub const LEADER: &str = "leader";
+    /// Broker health: how many replicas the partition has (-1: unknown).
+    pub const REPLICAS: &str = "replicas";
+    /// Broker health: how many of them are in sync (-1: unknown); fewer than
+    /// [`REPLICAS`] means under-replicated.
+    pub const IN_SYNC_REPLICAS: &str = "in_sync_replicas";
 
     /// The gauge name of `what` for partition `partition` of `topic`.
     pub fn name(topic: &str, partition: i32, what: &str) -> String {
@@ -55,6 +65,145 @@ pub mod kafka_gauges {
     }
 }
 
+/// The per-transaction gauges an exactly-once Kafka sink publishes,
+/// `kafka_txn.<transactional id>.<what>`, one set per transactional id of its small pool: the
+/// sink writes them when a transaction changes state, the REST API and the UI read them back.
+pub mod kafka_txn_gauges {
+    /// [`STATE_IDLE`], [`STATE_OPEN`], [`STATE_PRE_COMMITTED`] or [`STATE_COMMITTING`].
+    pub const STATE: &str = "state";
+    /// The producer id the transaction coordinator assigned to the transactional id.
+    pub const PRODUCER_ID: &str = "producer_id";
+    /// The producer epoch of the transaction.
+    pub const PRODUCER_EPOCH: &str = "producer_epoch";
+    /// The checkpoint the transaction belongs to: the one whose barrier pre-committed it, or
+    /// for an open transaction the next checkpoint.
+    pub const CHECKPOINT: &str = "checkpoint";
+    /// When its first record was written (the broker's timeout clock starts then), ms since
+    /// the epoch; negative before.
+    pub const OPENED_MS: &str = "opened_ms";
+    /// Records written into it (updated once per batch).
+    pub const RECORDS: &str = "records";
+    /// The sink's `transaction.timeout.ms`.
+    pub const TIMEOUT_MS: &str = "timeout_ms";
+
+    /// No transaction under this id (free, or committed).
+    pub const STATE_IDLE: i64 = 0;
+    /// Open: records of the current epoch go into it.
+    pub const STATE_OPEN: i64 = 1;
+    /// Flushed at a barrier, waiting for its checkpoint to complete.
+    pub const STATE_PRE_COMMITTED: i64 = 2;
+    /// Its checkpoint completed; the commit is in progress.
+    pub const STATE_COMMITTING: i64 = 3;
+
+    /// The gauge name of `what` for transactional id `id`.
+    pub fn name(id: &str, what: &str) -> String {
+        format!("kafka_txn.{id}.{what}")
+    }
+
+    /// `(transactional id, what)` of a gauge name made by [`name`] (ids may contain dots).
+    pub fn parse(name: &str) -> Option<(&str, &str)> {
+        let rest = name.strip_prefix("kafka_txn.")?;
+        let (id, what) = rest.rsplit_once('.')?;
+        (!id.is_empty()).then_some((id, what))
+    }
+
+    /// The name of a state value, `None` for [`STATE_IDLE`] and unknown values.
+    pub fn state_name(state: i64) -> Option<&'static str> {
+        match state {
+            STATE_OPEN => Some("open"),
+            STATE_PRE_COMMITTED => Some("pre_committed"),
+            STATE_COMMITTING => Some("committing"),
+            _ => None,
+        }
+    }
+}
+
+/// How long a latency histogram window lasts: a read covers the current window and the one
+/// before, i.e. the last 30 to 60 s.
+pub const LATENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The record latency one operator subtask saw (from latency markers), over the last
+/// [`LATENCY_WINDOW`] to twice that: `hdrhistogram`s of microseconds at 2 significant digits
+/// (1 % resolution), the summary recomputed at each marker (a few per second) so that reads
+/// copy it.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    current: hdrhistogram::Histogram<u64>,
+    /// The previous window plus the current one.
+    window: hdrhistogram::Histogram<u64>,
+    started: std::time::Instant,
+    summary: Option<LatencySummary>,
+}
+
+fn new_histogram() -> hdrhistogram::Histogram<u64> {
+    // 1 µs to 1 s to start with (a few KB), growing when a slower marker arrives.
+    let mut h = hdrhistogram::Histogram::new_with_bounds(1, 1_000_000, 2)
+        .unwrap_or_else(|_| unreachable!("valid histogram bounds"));
+    h.auto(true);
+    h
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            current: new_histogram(),
+            window: new_histogram(),
+            started: std::time::Instant::now(),
+            summary: None,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Record one latency.
+    pub fn record(&mut self, us: u64) {
+        if self.started.elapsed() >= LATENCY_WINDOW {
+            let previous = std::mem::replace(&mut self.current, new_histogram());
+            self.window = previous;
+            self.started = std::time::Instant::now();
+        }
+        // Auto-resizing: cannot be out of range.
+        let _ = self.current.record(us.max(1));
+        let _ = self.window.record(us.max(1));
+        self.summary = LatencySummary::of(&self.window);
+    }
+}
+
+/// p50, p99 and max of a latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct LatencySummary {
+    /// Markers seen in the window.
+    pub count: u64,
+    /// Median, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile, microseconds.
+    pub p99_us: u64,
+    /// Maximum, microseconds.
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    fn of(h: &hdrhistogram::Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| LatencySummary {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        })
+    }
+}
+
+/// Several subtasks' summaries combined without their histograms: counts summed, quantiles
+/// the largest (an upper bound of the merged quantile).
+fn upper_bound(summaries: impl Iterator<Item = Option<LatencySummary>>) -> Option<LatencySummary> {
+    summaries.flatten().reduce(|a, b| LatencySummary {
+        count: a.count + b.count,
+        p50_us: a.p50_us.max(b.p50_us),
+        p99_us: a.p99_us.max(b.p99_us),
+        max_us: a.max_us.max(b.max_us),
+    })
+}
+
 /// The counters of one operator subtask.
 #[derive(Debug)]
 pub struct SubtaskMetrics {
@@ -70,6 +219,7 @@ pub struct SubtaskMetrics {
     pub backpressured_ns: AtomicU64,
     custom: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     gauges: Mutex<BTreeMap<String, Arc<AtomicI64>>>,
+    latency: Mutex<LatencyHistogram>,
 }
 
 impl Default for SubtaskMetrics {
@@ -82,6 +232,7 @@ impl Default for SubtaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             custom: Mutex::new(BTreeMap::new()),
             gauges: Mutex::new(BTreeMap::new()),
+            latency: Mutex::new(LatencyHistogram::default()),
         }
     }
 }
@@ -120,6 +271,22 @@ impl SubtaskMetrics {
     /// The current value of every gauge.
     pub fn gauge_values(&self) -> BTreeMap<String, i64> {
         self.gauges.lock().iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Record the age of a latency marker that reached this subtask, in microseconds.
+    pub fn record_latency_us(&self, us: u64) {
+        self.latency.lock().record(us);
+    }
+
+    /// p50/p99/max of the latency markers of the last 30-60 s (`None`: none arrived).
+    pub fn latency(&self) -> Option<LatencySummary> {
+        self.latency.lock().summary
+    }
+
+    /// Show `summary` as this subtask's latency (a job manager mirroring what an executor
+    /// process reported; the histogram itself stays there).
+    pub fn mirror_latency(&self, summary: Option<LatencySummary>) {
+        self.latency.lock().summary = summary;
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -170,6 +337,8 @@ pub struct OperatorSnapshot {
     pub counters: BTreeMap<String, u64>,
     /// Gauges of every subtask (names are unique per subtask, e.g. per Kafka partition).
     pub gauges: BTreeMap<String, i64>,
+    /// Record latency over all subtasks (from latency markers; `None`: none arrived).
+    pub latency: Option<LatencySummary>,
 }
 
 /// One subtask's counters.
@@ -191,6 +360,8 @@ pub struct SubtaskSnapshot {
     /// Gauges.
     #[serde(skip)]
     pub gauges: BTreeMap<String, i64>,
+    /// Record latency (from latency markers; `None`: none arrived).
+    pub latency: Option<LatencySummary>,
 }
 
 impl MetricsRegistry {
@@ -228,8 +399,21 @@ impl MetricsRegistry {
                         backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
                         counters: s.custom_values(),
                         gauges: s.gauge_values(),
+                        latency: s.latency(),
                     })
                     .collect();
+                // One subtask: its summary; several: their windows merged (or, when the
+                // histograms live in executor processes, the largest of their quantiles).
+                let latency = match &op.subtasks[..] {
+                    [one] => one.latency(),
+                    many => {
+                        let mut merged = new_histogram();
+                        for s in many {
+                            let _ = merged.add(&s.latency.lock().window);
+                        }
+                        LatencySummary::of(&merged).or_else(|| upper_bound(many.iter().map(|s| s.latency())))
+                    }
+                };
                 let mut counters = BTreeMap::new();
                 for s in &subtasks {
                     for (k, v) in &s.counters {
@@ -247,6 +431,7 @@ impl MetricsRegistry {
                     subtasks,
                     counters,
                     gauges,
+                    latency,
                 }
             })
             .collect()
@@ -256,6 +441,17 @@ impl MetricsRegistry {
 #[cfg(test)]
 mod tests {
     use super::kafka_gauges::{name, parse, LAG};
+
+    #[test]
+    fn kafka_txn_gauge_names_round_trip_with_dotted_ids() {
+        use super::kafka_txn_gauges as t;
+        assert_eq!(t::name("job.a-sink-0-1", t::STATE), "kafka_txn.job.a-sink-0-1.state");
+        assert_eq!(t::parse("kafka_txn.job.a-sink-0-1.state"), Some(("job.a-sink-0-1", "state")));
+        assert_eq!(t::parse("kafka_txn..state"), None);
+        assert_eq!(t::parse("kafka.t.1.lag"), None);
+        assert_eq!(t::state_name(t::STATE_PRE_COMMITTED), Some("pre_committed"));
+        assert_eq!(t::state_name(t::STATE_IDLE), None);
+    }
 
     #[test]
     fn kafka_gauge_names_round_trip_with_dotted_topics() {

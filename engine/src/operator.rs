@@ -43,6 +43,8 @@ pub struct OperatorContext {
     pub restored: Option<Vec<Vec<u8>>>,
     /// The keyed state of a keyed operator (its input is partitioned by `key_by`).
     pub(crate) keyed: Option<KeyedState>,
+    /// The state browser's queries for this subtask (keyed operators of embedded jobs).
+    pub(crate) state_queries: Option<crossbeam_channel::Receiver<crate::state_query::StateQuery>>,
 }
 
 impl OperatorContext {
@@ -65,6 +67,7 @@ impl OperatorContext {
             restored_checkpoint: None,
             restored: None,
             keyed: None,
+            state_queries: None,
         }
     }
 
@@ -145,6 +148,43 @@ pub trait Operator: Send + 'static {
     /// The input ended (or the job stops): flush and release resources.
     fn on_close(&mut self, _out: &mut Batch<Self::Out>, _ctx: &mut OperatorContext) -> Result<()> {
         Ok(())
+    }
+
+    /// The state browser is about to read this operator's keyed state (on the task thread,
+    /// between batches; see [`crate::state_query`]): write any state cached in memory through
+    /// to the backend, so that the reader sees the live state.
+    fn prepare_state_read(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// The state browser's key lookup: the key group and stored encoding of a user key given
+    /// as JSON (`7`, `"sensor-7"`); `None` when this operator cannot decode keys, an error
+    /// when `key` is not a key of this operator.
+    fn state_key_from_json(
+        &self,
+        _key: &serde_json::Value,
+        _ctx: &OperatorContext,
+    ) -> Option<Result<(u16, Vec<u8>)>> {
+        None
+    }
+
+    /// The state browser's key lookup, before it reads the backend: the current entries of
+    /// `key` (encoded as by [`Operator::state_key_from_json`]) held in memory and newer than
+    /// the backend, as `(state name, encoded namespace, value)`; `None` when the backend is
+    /// current for this key. Lets a lookup skip [`Operator::prepare_state_read`].
+    fn cached_state(&self, _key: &[u8]) -> Option<crate::state_query::CachedEntries> {
+        None
+    }
+
+    /// The state browser: a stored user key as JSON, `None` when it cannot be decoded.
+    fn state_key_to_json(&self, _key: &[u8]) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The state browser: a stored value of state `state` as JSON, `None` when it cannot be
+    /// decoded (it is then shown as hex with its size).
+    fn state_value_to_json(&self, _state: &str, _value: &[u8]) -> Option<serde_json::Value> {
+        None
     }
 }
 

@@ -95,6 +95,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             keyed: Some(crate::state::KeyedState::heap(caudal_checkpoints::KeyGroupRange::all(
                 crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
             ))),
+            state_queries: None,
         };
         op.on_start(&mut ctx)?;
         Ok(OperatorHarness { op, ctx, out: Vec::new() })

@@ -50,6 +50,35 @@ pub struct CheckpointBarrier {
     pub triggered_at: i64,
 }
 
+/// A latency marker (as in Flink): a source subtask emits one every
+/// `JobConfig::latency_marker_interval`; it travels behind the records sent before it, and
+/// every operator it reaches records `now - emitted` in its latency histogram. Wall-clock
+/// time, so markers that cross processes on hosts with skewed clocks show that skew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyMarker {
+    /// When the source emitted it, nanoseconds since the epoch.
+    pub emitted_ns: i64,
+}
+
+impl LatencyMarker {
+    /// A marker emitted now.
+    pub fn now() -> Self {
+        LatencyMarker { emitted_ns: now_ns() }
+    }
+
+    /// Microseconds from its emission until now (0 if the clock went back).
+    pub fn age_us(&self) -> u64 {
+        (now_ns().saturating_sub(self.emitted_ns).max(0) / 1000) as u64
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
 /// What travels on every channel: data and the in-band events, in order.
 #[derive(Debug, Clone)]
 pub enum StreamMessage<B> {
@@ -63,4 +92,6 @@ pub enum StreamMessage<B> {
     Barrier(CheckpointBarrier),
     /// The channel is finished.
     End,
+    /// A latency marker (see [`LatencyMarker`]).
+    LatencyMarker(LatencyMarker),
 }

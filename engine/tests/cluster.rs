@@ -126,6 +126,9 @@ fn a_killed_task_manager_is_recovered_from_and_the_output_equals_the_clean_run()
     let sink =
         metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "readings-sink").unwrap();
     assert!(sink["records_in"].as_u64().unwrap() > 0, "{sink:#} {done:#}{}", c.logs());
+    // Latency markers too: the executors' latency summaries are mirrored.
+    let max = sink["latency"]["max_us"].as_u64();
+    assert!(max.is_some_and(|m| m > 0), "no latency mirrored: {sink:#}");
     // The CLI shows the same.
     let list = c.cli(&["list", "--jobmanager", &c.url()]);
     let text = String::from_utf8_lossy(&list.stdout).to_string();

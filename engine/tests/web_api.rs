@@ -219,7 +219,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(d["failures"], serde_json::json!([]));
 
     // --- unknown job: 404 with a JSON body, on every job endpoint
-    for path in ["", "/metrics", "/watermarks", "/checkpoints", "/kafka"] {
+    for path in ["", "/metrics", "/watermarks", "/checkpoints", "/kafka", "/transactions", "/state"] {
         let e = c.get(&format!("/api/v1/jobs/no-such-job{path}")).error(404);
         assert!(e.contains("no-such-job"), "{e}");
     }
@@ -271,6 +271,22 @@ fn every_endpoint_against_a_running_job() {
     let series = op(&h["operators"], "ticks");
     assert_eq!(series["records_out_per_sec"].as_array().unwrap().len(), points);
     assert!(series["records_out_per_sec"].as_array().unwrap().iter().any(|v| v.as_f64().unwrap() > 0.0));
+    // Latency (markers every 200 ms from each source subtask): none at the source, ordered
+    // quantiles above 0 at every operator after it, chained or behind a channel, per subtask too.
+    assert!(ticks["latency"].is_null(), "{ticks}");
+    for name in ["double", "pass", "count"] {
+        let o = op(&m2["operators"], name);
+        let l = &o["latency"];
+        let (count, p50, p99, max) =
+            (l["count"].as_u64(), l["p50_us"].as_u64(), l["p99_us"].as_u64(), l["max_us"].as_u64());
+        let (count, p50, p99, max) = (count.unwrap(), p50.unwrap(), p99.unwrap(), max.unwrap());
+        assert!(count >= 2, "{name}: {l}");
+        assert!(0 < p50 && p50 <= p99 && p99 <= max, "{name}: {l}");
+        for s in o["subtasks"].as_array().unwrap() {
+            let l = &s["latency"];
+            assert!(l["p50_us"].as_u64().unwrap() <= l["max_us"].as_u64().unwrap(), "{name}: {s}");
+        }
+    }
 
     // --- watermarks: per operator and subtask; who holds each minimum back
     let w = c.ok(&format!("/api/v1/jobs/{JOB}/watermarks"));
@@ -297,6 +313,9 @@ fn every_endpoint_against_a_running_job() {
     let k = c.ok(&format!("/api/v1/jobs/{JOB}/kafka"));
     assert_eq!(k["sources"], serde_json::json!([]), "{k}");
     assert!(c.get(&format!("/api/v1/jobs/{JOB}/kafka?history=301")).error(400).contains("`history`"));
+    // --- transactions: no Kafka sink here either (the values: jobs/tests/kafka_transactions_api.rs)
+    let t = c.ok(&format!("/api/v1/jobs/{JOB}/transactions"));
+    assert_eq!(t["sinks"], serde_json::json!([]), "{t}");
 
     // --- Prometheus text
     let r = c.get("/metrics");
@@ -309,6 +328,8 @@ fn every_endpoint_against_a_running_job() {
         format!("caudal_operator_records_out_total{{job=\"{JOB}\",operator=\"ticks\",operator_id=\"0\",subtask=\"1\"}} "),
         format!("caudal_operator_records_in_total{{job=\"{JOB}\",operator=\"pass\",operator_id=\"2\",subtask=\"2\"}} "),
         format!("caudal_operator_watermark_milliseconds{{job=\"{JOB}\",operator=\"count\",operator_id=\"3\",subtask=\"0\"}} "),
+        format!("caudal_operator_latency_seconds{{job=\"{JOB}\",operator=\"pass\",operator_id=\"2\",quantile=\"0.99\"}} "),
+        format!("caudal_operator_latency_seconds{{job=\"{JOB}\",operator=\"count\",operator_id=\"3\",quantile=\"1\"}} "),
         "# TYPE caudal_operator_records_out_total counter".to_string(),
         "# TYPE caudal_operator_watermark_milliseconds gauge".to_string(),
     ] {
@@ -325,7 +346,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(index.status, 200);
     assert!(index.content_type.starts_with("text/html") && index.body.contains("/assets/app.js"));
     assert_eq!(c.get(&format!("/jobs/{JOB}")).status, 200);
-    for asset in ["app.js", "kafka.js", "app.css", "favicon.svg"] {
+    for asset in ["app.js", "kafka.js", "state.js", "app.css", "favicon.svg"] {
         assert_eq!(c.get(&format!("/assets/{asset}")).status, 200, "{asset}");
     }
     assert_eq!(c.get("/assets/nope.js").status, 404);
@@ -374,6 +395,11 @@ fn openapi_document_describes_every_endpoint() {
         ("/api/v1/jobs/{name}/savepoints", "get"),
         ("/api/v1/jobs/{name}/savepoints", "post"),
         ("/api/v1/jobs/{name}/stop", "post"),
+        ("/api/v1/jobs/{name}/transactions", "get"),
+        ("/api/v1/jobs/{name}/state", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state/keys", "get"),
+        ("/api/v1/jobs/{name}/operators/{operator}/state/sizes", "get"),
         ("/api/v1/openapi.json", "get"),
         ("/metrics", "get"),
     ];

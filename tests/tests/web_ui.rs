@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn free_addr() -> SocketAddr {
@@ -369,6 +371,46 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
     assert!(failures.as_str().unwrap().contains("No failures"), "{failures}");
     assert_eq!(browser.eval("return document.querySelector('#live').classList.contains('ok');"), true);
 
+    // Latency: every operator after the source shows p50 / p99 / max, in that order.
+    let latency = browser.wait_for(
+        "latency of the windows",
+        "const c = document.querySelector('#operators tr[data-operator=\"window-stats\"] td.latency[data-max]');
+         return c ? [Number(c.dataset.p50), Number(c.dataset.p99), Number(c.dataset.max), c.textContent] : null;",
+        Duration::from_secs(20),
+    );
+    let l = latency.as_array().unwrap();
+    let (p50, p99, max) = (l[0].as_f64().unwrap(), l[1].as_f64().unwrap(), l[2].as_f64().unwrap());
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{latency}");
+    assert_eq!(l[3].as_str().unwrap().matches(" / ").count(), 2, "{latency}");
+
+    // Operator state: the panel offers the window operator; its key-group sizes are drawn;
+    // a bar lists the keys of its key group; a key's lookup shows its open window.
+    browser.wait_for(
+        "the state panel with the window operator",
+        "const c = document.querySelector('#state-card');
+         return c && !c.hidden && document.querySelector('#state-operator').value === 'window-stats';",
+        Duration::from_secs(20),
+    );
+    let looked_up = browser.wait_for(
+        "a sensor's window in the state panel",
+        "const row = document.querySelector('#state-result .state-window td[data-field=\"count\"]');
+         if (row) return row.textContent;
+         const key = document.querySelector('#state-keys [data-key]');
+         if (key) { key.click(); return null; }
+         const bars = Array.from(document.querySelectorAll('#state-sizes .kg-bar'));
+         const busiest = bars.sort((a, b) => b.getAttribute('height') - a.getAttribute('height'))[0];
+         if (busiest) busiest.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+         else document.querySelector('#state-sizes-btn').click();
+         return null;",
+        Duration::from_secs(30),
+    );
+    let count: u64 = looked_up.as_str().unwrap().replace(',', "").parse().unwrap();
+    assert!(count >= 1, "an open window holds at least one reading: {looked_up}");
+    let header = browser.eval("return document.querySelector('#state-result .state-found b').textContent;");
+    assert!(header.as_str().unwrap().starts_with("Key "), "{header}");
+    browser.eval("document.querySelector('#state-card').scrollIntoView(); return null;");
+    browser.screenshot(&shots.join("state.png"));
+
     // Subtasks expand on click.
     browser.eval("document.querySelector('#operators [data-toggle]').click(); return null;");
     browser.wait_for(
@@ -426,14 +468,31 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let source = caudal_operators::kafka::KafkaSourceConfig::new(&stack.brokers, &topic);
+    // The readings are also written exactly-once into `out_topic`; the gate on a second
+    // branch can hold a checkpoint open, so that a pre-committed transaction stays listed.
+    let out_topic = kafka_support::unique("txn-ui");
+    kafka_support::create_topic(&stack, &out_topic, 1);
+    let mut sink = caudal_operators::kafka::KafkaSinkConfig::new(&stack.brokers, &out_topic)
+        .transaction_timeout(Duration::from_secs(900));
+    sink.transactional_id_prefix = Some(kafka_support::unique("txn-ui"));
+    let gate = Gate(Arc::new(AtomicBool::new(true)));
+    let _open_on_drop = OpenOnDrop(gate.0.clone());
+    let job_gate = gate.clone();
     let runner = std::thread::spawn(move || {
         let env = StreamEnv::with_config(config);
-        env.source(
+        let readings = env.source(
             "readings",
             caudal_operators::kafka::KafkaSource::<Value>::json(source),
             caudal::WatermarkStrategy::none(),
-        )
-        .sink("discard", |_| Ok(caudal::testing::CollectSink::new().0));
+        );
+        readings.clone().sink("discard", |_| Ok(caudal::testing::CollectSink::new().0));
+        readings.clone().sink("kafka-out", move |_| {
+            Ok(caudal_operators::kafka::KafkaSink::new(sink.clone(), caudal_operators::kafka::JsonSerializer))
+        });
+        readings
+            .rebalance()
+            .transform("gate", move |_| Ok(job_gate.clone()))
+            .sink("gated", |_| Ok(caudal::testing::CollectSink::new().0));
         let _ = tx.send(env.stop_handle());
         env.execute("kafka-lag-ui")
     });
@@ -464,11 +523,85 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     assert_eq!(lines, json!(["0", "1"]));
     let legend = browser.eval("return document.querySelector('#kafka-legend').textContent;");
     assert!(legend.as_str().unwrap().contains("partition 1"), "{legend}");
+    // Broker health: every partition read or written, one replica, in sync.
+    let health = browser.wait_for(
+        "broker health of the source's and the sink's partitions",
+        "const rows = Array.from(document.querySelectorAll('#kafka-health-table tbody tr'));
+         return rows.length === 3 && rows.every(r => r.children[5].textContent === '1')
+           ? rows.map(r => [r.dataset.kind, r.dataset.partition, r.children[4].textContent, r.children[6].textContent]) : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        health,
+        json!([
+            ["source", "0", "1", "in sync"],
+            ["source", "1", "1", "in sync"],
+            ["sink", "0", "1", "in sync"]
+        ])
+    );
+    let summary = browser.eval("return document.querySelector('#kafka-health p').textContent;");
+    assert!(summary.as_str().unwrap().contains("every partition in sync"), "{summary}");
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
     browser.screenshot(&artifacts().join("kafka-lag.png"));
 
+    // Sink transactions: with the gate closed, new readings are pre-committed at the next
+    // barrier and wait there (the gate holds the checkpoint open), listed with their age.
+    gate.0.store(false, Ordering::SeqCst);
+    let batch: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..7).map(|i| (vec![], format!("{{\"n\":{i}}}").into_bytes())).collect();
+    kafka_support::produce_raw(&stack, &topic, 0, &batch);
+    let row = browser.wait_for(
+        "a pre-committed transaction in the table",
+        "const r = document.querySelector('#txn-card:not([hidden]) #transactions tr[data-state=\"pre_committed\"]');
+         return r ? Array.from(r.children).map(c => c.textContent) : null;",
+        Duration::from_secs(60),
+    );
+    let cells: Vec<&str> = row.as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(cells[0], "kafka-out", "{cells:?}");
+    assert!(cells[5].starts_with("pre-committed"), "{cells:?}");
+    assert_eq!(cells[6], "7", "{cells:?}");
+    assert!(cells[7].contains(" / 15m"), "age against the 900 s timeout: {cells:?}");
+    browser.eval("window.scrollTo(0, document.querySelector('#txn-card').offsetTop - 70); return null;");
+    browser.screenshot(&artifacts().join("kafka-transactions.png"));
+    gate.0.store(true, Ordering::SeqCst);
+    browser.wait_for(
+        "the transaction committed",
+        "return document.querySelectorAll('#transactions tr[data-state]').length === 0;",
+        Duration::from_secs(60),
+    );
+
     drop(stop);
     runner.join().unwrap().expect("the job ends cleanly");
+}
+
+/// Holds every batch while closed.
+#[derive(Clone)]
+struct Gate(Arc<AtomicBool>);
+
+impl caudal::Operator for Gate {
+    type In = Value;
+    type Out = Value;
+    fn process_batch(
+        &mut self,
+        mut b: caudal::Batch<Value>,
+        out: &mut caudal::Batch<Value>,
+        _: &mut caudal::OperatorContext,
+    ) -> caudal::Result<()> {
+        while !self.0.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        out.append(&mut b);
+        Ok(())
+    }
+}
+
+/// Opens the gate when the test ends, panicking or not, so the job can stop.
+struct OpenOnDrop(Arc<AtomicBool>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Stops the job if the test panics before it cancels it.

@@ -153,6 +153,7 @@ impl StreamEnv {
                     linger: setup.linger,
                     metrics: setup.metrics,
                     checkpointing: setup.checkpointing,
+                    latency_marker_interval: setup.latency_marker_interval,
                 };
                 Ok(Box::new(SourceRunner::new(reader, settings, Fanout::new(targets)))
                     as Box<dyn crate::runtime::task::SourceTask>)
@@ -229,6 +230,7 @@ impl StreamEnv {
                 .as_ref()
                 .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
             store: coordinator_parts.as_ref().map(|(s, _)| s.clone()),
+            queries: Some(Arc::new(crate::state_query::StateQueries::new())),
         };
         let state_dir = LocalStateDir(state.dir.clone());
         let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored, &state)?;
@@ -243,13 +245,17 @@ impl StreamEnv {
                     .map_err(|e| Error::io("installing the signal handler", e))?;
             }
         }
-        let view = Arc::new(JobView::new(
+        let mut view = JobView::new(
             job_name,
             compiled.plan.clone(),
             self.metrics.clone(),
             self.stop_handle(),
             self.stop_handle(),
-        ));
+        );
+        if let Some(queries) = &state.queries {
+            view.state_queries = queries.clone();
+        }
+        let view = Arc::new(view);
         view.set_status(JobStatus::Running);
         let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
         let mut coordinator = match coordinator_parts {

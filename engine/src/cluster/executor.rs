@@ -151,6 +151,8 @@ fn run_deployed(
             .as_ref()
             .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
         store: storage.as_ref().map(|(s, _)| s.clone()),
+        // The job manager's API does not reach executor processes' state (yet).
+        queries: None,
     };
     let _state_dir = LocalStateDir(state.dir.clone());
     // Subtasks of other executors' slots are built there; channels to them cross the network.
@@ -306,6 +308,7 @@ fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounte
                 backpressured_ns: s.backpressured_ns,
                 counters: s.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                 gauges: s.gauges.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                latency: s.latency,
             });
         }
     }

@@ -182,6 +182,8 @@ pub(crate) struct SubtaskCounters {
     pub(crate) counters: Vec<(String, u64)>,
     /// Gauges (per Kafka partition: end offset, checkpointed offset, lag, …).
     pub(crate) gauges: Vec<(String, i64)>,
+    /// Record latency (from latency markers).
+    pub(crate) latency: Option<crate::metrics::LatencySummary>,
 }
 
 /// Writes one frame.

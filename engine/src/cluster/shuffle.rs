@@ -18,7 +18,7 @@ use super::codec::BatchCodec;
 use super::protocol::{read_frame, write_frame, write_frame_unflushed, Peer};
 use crate::runtime::exchange::ChannelMessage;
 use crate::runtime::executor::JobControl;
-use crate::types::{CheckpointBarrier, StreamMessage, Timestamp};
+use crate::types::{CheckpointBarrier, LatencyMarker, StreamMessage, Timestamp};
 use crate::{Error, Result};
 use crossbeam_channel::{unbounded, Receiver, Select, Sender, TrySendError};
 use parking_lot::Mutex;
@@ -113,6 +113,10 @@ enum Wire {
     Credit {
         key: ChannelKey,
         n: u32,
+    },
+    Latency {
+        key: ChannelKey,
+        marker: LatencyMarker,
     },
 }
 
@@ -280,6 +284,7 @@ fn send_loop(
             StreamMessage::Watermark(ts) => Wire::Watermark { key: *key, ts },
             StreamMessage::Idle => Wire::Idle { key: *key },
             StreamMessage::Barrier(barrier) => Wire::Barrier { key: *key, barrier },
+            StreamMessage::LatencyMarker(marker) => Wire::Latency { key: *key, marker },
             StreamMessage::End => {
                 ended[c] = true;
                 Wire::End { key: *key }
@@ -350,6 +355,7 @@ fn receive_loop(
                 Wire::Idle { key } => (key, StreamMessage::Idle),
                 Wire::Barrier { key, barrier } => (key, StreamMessage::Barrier(barrier)),
                 Wire::End { key } => (key, StreamMessage::End),
+                Wire::Latency { key, marker } => (key, StreamMessage::LatencyMarker(marker)),
                 Wire::Hello { .. } | Wire::Credit { .. } => continue,
             };
             let ch = channel(inbound, key)?;

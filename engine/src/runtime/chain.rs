@@ -5,7 +5,8 @@
 
 use crate::error::TaskLocation;
 use crate::operator::{Operator, OperatorContext, Sink};
-use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, Timestamp};
+use crate::state_query;
+use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, LatencyMarker, Timestamp};
 use crate::{Error, Result};
 use std::any::Any;
 use std::sync::atomic::Ordering;
@@ -43,6 +44,15 @@ pub(crate) trait ChainNode: Send {
     fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<()>;
     /// End of input: close, flush and propagate `End`.
     fn end(&mut self) -> Result<()>;
+    /// Answer the state browser's queries waiting for this node and the nodes after it
+    /// (between batches; see [`crate::state_query`]).
+    fn serve_state_queries(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// A latency marker arrived: record its age, pass it on.
+    fn latency_marker(&mut self, _marker: LatencyMarker) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The typed fan-out of a node to its consumers.
@@ -232,6 +242,58 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         }
         self.fanout.each(|t| t.end())
     }
+
+    fn serve_state_queries(&mut self) -> Result<()> {
+        if let (Some(rx), Some(keyed)) = (self.ctx.state_queries.clone(), self.ctx.keyed.clone()) {
+            while let Ok(query) = rx.try_recv() {
+                let op = &mut self.op;
+                // A lookup reads the operator's cache first (Operator::cached_state): no flush.
+                let prepared = match query.request {
+                    state_query::StateRequest::Lookup { .. } => Ok(()),
+                    _ => call(&mut self.ctx, |ctx| op.prepare_state_read(ctx)),
+                };
+                let reply = match prepared {
+                    Ok(()) => {
+                        let decoder = Decoder { op: &self.op, ctx: &self.ctx };
+                        state_query::answer(query.request, &keyed, &self.ctx.key_groups, &decoder)
+                    }
+                    Err(e) => state_query::StateReply::Failed(e.to_string()),
+                };
+                // The server may have given up waiting; nothing to do then.
+                let _ = query.reply.send(reply);
+            }
+        }
+        self.fanout.each(|t| t.serve_state_queries())
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.ctx.metrics.record_latency_us(marker.age_us());
+        self.fanout.each(|t| t.latency_marker(marker))
+    }
+}
+
+/// An operator's state hooks as the state browser's decoder.
+struct Decoder<'a, O: Operator> {
+    op: &'a O,
+    ctx: &'a OperatorContext,
+}
+
+impl<O: Operator> state_query::StateDecoder for Decoder<'_, O> {
+    fn key_from_json(&self, key: &serde_json::Value) -> Option<Result<(u16, Vec<u8>)>> {
+        self.op.state_key_from_json(key, self.ctx)
+    }
+
+    fn key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
+        self.op.state_key_to_json(key)
+    }
+
+    fn value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
+        self.op.state_value_to_json(state, value)
+    }
+
+    fn cached(&self, key: &[u8]) -> Option<state_query::CachedEntries> {
+        self.op.cached_state(key)
+    }
 }
 
 /// A [`Sink`] at the end of a chain.
@@ -296,5 +358,10 @@ impl<S: Sink> ChainNode for SinkNode<S> {
     fn end(&mut self) -> Result<()> {
         let sink = &mut self.sink;
         call(&mut self.ctx, |ctx| sink.on_close(ctx))
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.ctx.metrics.record_latency_us(marker.age_us());
+        Ok(())
     }
 }

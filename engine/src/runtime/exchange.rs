@@ -3,7 +3,7 @@
 use super::chain::{AnyBatch, ChainNode, SnapshotSink};
 use crate::keygroup::{key_group_of, subtask_for_key_group};
 use crate::metrics::SubtaskMetrics;
-use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp};
+use crate::types::{Batch, CheckpointBarrier, CheckpointId, Data, LatencyMarker, StreamMessage, Timestamp};
 use crate::{Error, Result};
 use crossbeam_channel::{Sender, TrySendError};
 use std::hash::Hash;
@@ -146,5 +146,9 @@ impl<T: Data> ChainNode for ExchangeOutput<T> {
 
     fn end(&mut self) -> Result<()> {
         self.broadcast(|| StreamMessage::End)
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.broadcast(|| StreamMessage::LatencyMarker(marker))
     }
 }

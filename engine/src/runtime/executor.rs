@@ -158,6 +158,8 @@ pub(crate) struct JobStateEnv {
     pub(crate) paths: caudal_checkpoints::CheckpointPaths,
     /// Checkpoint storage (when checkpointing or restoring).
     pub(crate) store: Option<Arc<dyn caudal_checkpoints::CheckpointStore>>,
+    /// Where keyed operator subtasks register their state-browser mailboxes (embedded mode).
+    pub(crate) queries: Option<Arc<crate::state_query::StateQueries>>,
 }
 
 /// Builds every subtask of every task on the calling thread (factories are not `Send`).
@@ -232,6 +234,7 @@ pub(crate) fn build_tasks_placed(
         senders: &senders,
         restored,
         state,
+        wake: std::cell::RefCell::new(None),
     };
     let mut tasks = Vec::new();
     for &h in &compiled.heads {
@@ -240,6 +243,8 @@ pub(crate) fn build_tasks_placed(
                 continue; // another process runs this subtask
             }
             let name = graph.nodes[h].name.clone();
+            let (commands, command_rx) = unbounded();
+            *builder.wake.borrow_mut() = Some(commands.clone());
             let runnable = match &graph.nodes[h].kind {
                 NodeKind::Source(factory) => {
                     let targets = builder.targets(h, i)?;
@@ -258,6 +263,7 @@ pub(crate) fn build_tasks_placed(
                         batch_size: config.batch_size,
                         linger: config.linger,
                         checkpointing: config.checkpoints.interval.is_some(),
+                        latency_marker_interval: config.latency_marker_interval,
                     };
                     Runnable::Source(factory(ctx, setup, targets)?)
                 }
@@ -267,7 +273,6 @@ pub(crate) fn build_tasks_placed(
                     Runnable::Gate(gate, head)
                 }
             };
-            let (commands, command_rx) = unbounded();
             tasks.push(PhysicalTask { name, subtask: i, runnable, commands, command_rx });
         }
     }
@@ -283,6 +288,8 @@ struct ChainBuilder<'a> {
     senders: &'a HashMap<(NodeId, usize), Vec<Vec<Sender<ChannelMessage>>>>,
     restored: &'a RestoredState,
     state: &'a JobStateEnv,
+    /// The command channel of the task being built (wakes it for state queries).
+    wake: std::cell::RefCell<Option<Sender<TaskCommand>>>,
 }
 
 impl ChainBuilder<'_> {
@@ -345,6 +352,12 @@ impl ChainBuilder<'_> {
         let p = self.compiled.parallelism[n];
         let key_groups = key_group_range(i, self.config.max_parallelism, p);
         let keyed = self.keyed_state(n, i, &key_groups)?;
+        let state_queries = match (&keyed, &self.state.queries, self.wake.borrow().as_ref()) {
+            (Some(_), Some(queries), Some(wake)) => {
+                Some(queries.register(n as u32, i, key_groups.clone(), wake.clone()))
+            }
+            _ => None,
+        };
         let ctx = OperatorContext {
             job_name: self.job.to_string(),
             operator_name: node.name.clone(),
@@ -360,6 +373,7 @@ impl ChainBuilder<'_> {
             restored_checkpoint: self.restored.checkpoint,
             restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
             keyed,
+            state_queries,
         };
         let targets = self.targets(n, i)?;
         match &node.kind {

@@ -5,3 +5,5 @@ pub(crate) mod exchange;
 pub(crate) mod executor;
 pub(crate) mod task;
 pub(crate) mod upload;
+
+pub(crate) use task::TaskCommand;

@@ -7,7 +7,8 @@ use super::upload::{UploadJob, UploadQueue};
 use crate::metrics::SubtaskMetrics;
 use crate::source::{SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
 use crate::types::{
-    Batch, CheckpointBarrier, CheckpointId, Data, StreamMessage, Timestamp, MAX_WATERMARK, MIN_WATERMARK,
+    Batch, CheckpointBarrier, CheckpointId, Data, LatencyMarker, StreamMessage, Timestamp, MAX_WATERMARK,
+    MIN_WATERMARK,
 };
 use crate::{Error, Result};
 use caudal_checkpoints::{Blob, SubtaskSnapshot};
@@ -23,6 +24,8 @@ pub(crate) enum TaskCommand {
     TriggerCheckpoint(CheckpointBarrier),
     /// Checkpoint complete: commit.
     CheckpointComplete(CheckpointId),
+    /// The state browser left queries in a keyed operator's mailbox (`state_query`).
+    ServeStateQueries,
 }
 
 /// A task's acknowledgement of a checkpoint, with the snapshots of its operators.
@@ -110,6 +113,8 @@ pub(crate) struct SourceTaskSettings<T> {
     pub(crate) metrics: Arc<SubtaskMetrics>,
     /// With checkpoints, a finished source waits for the final checkpoint before it ends.
     pub(crate) checkpointing: bool,
+    /// Emit a latency marker this often (`None`: never).
+    pub(crate) latency_marker_interval: Option<Duration>,
 }
 
 pub(crate) struct SourceRunner<T: Data> {
@@ -120,6 +125,7 @@ pub(crate) struct SourceRunner<T: Data> {
     clocks: SplitWatermarks,
     last_wm: Timestamp,
     idle: bool,
+    next_marker: Option<Instant>,
 }
 
 impl<T: Data> SourceRunner<T> {
@@ -137,7 +143,19 @@ impl<T: Data> SourceRunner<T> {
             clocks,
             last_wm: MIN_WATERMARK,
             idle: false,
+            next_marker: None,
         }
+    }
+
+    /// After a flush: a latency marker when one is due (behind the records just sent).
+    fn maybe_latency_marker(&mut self, now: Instant) -> Result<()> {
+        let Some(interval) = self.settings.latency_marker_interval else { return Ok(()) };
+        if self.next_marker.is_some_and(|at| now < at) {
+            return Ok(());
+        }
+        self.next_marker = Some(now + interval);
+        let marker = LatencyMarker::now();
+        self.fanout.each(|t| t.latency_marker(marker))
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -183,6 +201,7 @@ impl<T: Data> SourceRunner<T> {
                 self.reader.on_checkpoint_complete(id)?;
                 self.fanout.each(|t| t.checkpoint_complete(id))
             }
+            TaskCommand::ServeStateQueries => self.fanout.each(|t| t.serve_state_queries()),
         }
     }
 
@@ -270,12 +289,14 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                         self.flush()?;
                         first_buffered = None;
                         self.emit_watermark(now)?;
+                        self.maybe_latency_marker(now)?;
                     }
                 }
                 SourcePoll::Pending(wait) => {
                     self.flush()?;
                     first_buffered = None;
                     self.emit_watermark(now)?;
+                    self.maybe_latency_marker(now)?;
                     match env.commands.recv_timeout(wait.min(Duration::from_millis(50))) {
                         Ok(cmd) => self.handle(cmd, env)?,
                         Err(RecvTimeoutError::Timeout) => {}
@@ -352,6 +373,7 @@ impl InputGate {
                 match op.recv(&env.commands) {
                     Ok(TaskCommand::CheckpointComplete(id)) => head.checkpoint_complete(id)?,
                     Ok(TaskCommand::TriggerCheckpoint(_)) => {}
+                    Ok(TaskCommand::ServeStateQueries) => head.serve_state_queries()?,
                     Err(_) => return Err(Error::Cancelled),
                 }
                 continue;
@@ -380,6 +402,7 @@ impl InputGate {
     ) -> Result<bool> {
         match msg {
             StreamMessage::Data(batch) => head.process(batch)?,
+            StreamMessage::LatencyMarker(marker) => head.latency_marker(marker)?,
             StreamMessage::Watermark(wm) => {
                 let input = &mut self.inputs[i];
                 input.idle = false;

@@ -2,11 +2,12 @@
 
 use super::kafka::KafkaView;
 use super::registry::JobRegistry;
+use super::transactions::TransactionsView;
 use super::views::{
     status_name, CancelView, CheckpointsView, ErrorBody, JobDetail, JobList, JobSummary, MetricsView,
     WatermarksView, ALL_STATUSES, MAX_HISTORY_SECS,
 };
-use super::{assets, prometheus, savepoints};
+use super::{assets, prometheus, savepoints, state};
 use crate::job::now_ms;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -32,8 +33,23 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn not_found(message: impl Into<String>) -> Self {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::NOT_FOUND, message: message.into() }
+    }
+
+    /// 409: the request does not fit the job's status.
+    pub(super) fn conflict(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::CONFLICT, message: message.into() }
+    }
+
+    /// 503: try again later.
+    pub(super) fn unavailable(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into() }
+    }
+
+    /// 500: the server failed (never for bad input).
+    pub(super) fn internal(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into() }
     }
 
     pub(super) fn bad_parameter(name: &str, message: impl std::fmt::Display) -> Self {
@@ -45,10 +61,6 @@ impl ApiError {
 
     pub(super) fn no_job(name: &str) -> Self {
         Self::not_found(format!("no job named `{name}`"))
-    }
-
-    pub(super) fn conflict(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::CONFLICT, message: message.into() }
     }
 }
 
@@ -72,6 +84,11 @@ pub(crate) fn router(registry: Arc<JobRegistry>) -> Router {
         .route("/jobs/{name}/cancel", post(cancel_job))
         .route("/jobs/{name}/savepoints", get(savepoints::list).post(savepoints::trigger))
         .route("/jobs/{name}/stop", post(savepoints::stop))
+        .route("/jobs/{name}/transactions", get(job_transactions))
+        .route("/jobs/{name}/state", get(state::job_state))
+        .route("/jobs/{name}/operators/{operator}/state", get(state::lookup))
+        .route("/jobs/{name}/operators/{operator}/state/keys", get(state::keys))
+        .route("/jobs/{name}/operators/{operator}/state/sizes", get(state::sizes))
         .route("/openapi.json", get(openapi));
     Router::new()
         .nest("/api/v1", api)
@@ -171,6 +188,17 @@ async fn job_kafka(
     let history = history_secs(&p)?.unwrap_or(MAX_HISTORY_SECS);
     let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
     Ok(Json(KafkaView::of(&job, now_ms(), Duration::from_secs(history))))
+}
+
+async fn job_transactions(
+    State(reg): Reg,
+    path: Result<Path<String>, PathRejection>,
+    query: Params,
+) -> ApiResult<TransactionsView> {
+    let name = job_name(path)?;
+    params(query, &[])?;
+    let job = reg.get(&name).ok_or_else(|| ApiError::no_job(&name))?;
+    Ok(Json(TransactionsView::of(&job, now_ms())))
 }
 
 async fn job_watermarks(

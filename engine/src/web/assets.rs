@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const KAFKA_JS: &str = include_str!("assets/kafka.js");
+const STATE_JS: &str = include_str!("assets/state.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON_SVG: &str = include_str!("assets/favicon.svg");
 
@@ -25,6 +26,7 @@ pub(crate) async fn asset(Path(file): Path<String>) -> Response {
     match file.as_str() {
         "app.js" => page(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS),
         "kafka.js" => page(StatusCode::OK, "text/javascript; charset=utf-8", KAFKA_JS),
+        "state.js" => page(StatusCode::OK, "text/javascript; charset=utf-8", STATE_JS),
         "app.css" => page(StatusCode::OK, "text/css; charset=utf-8", APP_CSS),
         "favicon.svg" => page(StatusCode::OK, "image/svg+xml", FAVICON_SVG),
         _ => not_found_page(),

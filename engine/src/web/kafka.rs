@@ -1,9 +1,10 @@
 //! `GET /api/v1/jobs/{name}/kafka`: consumer lag per Kafka source partition, now and over
-//! the sampled history.
+//! the sampled history, and broker health (leader, replicas, in-sync replicas) of every
+//! partition the job's Kafka sources read and sinks write.
 //!
-//! Built from the gauges Kafka sources publish (named by [`kafka_gauges`]); an operator
-//! with none of them is not a Kafka source and is left out. Negative gauge values mean
-//! "not known yet" and are answered as `null`.
+//! Built from the gauges Kafka sources and sinks publish (named by [`kafka_gauges`]); an
+//! operator with none of them is not a Kafka connector and is left out. Negative gauge values
+//! mean "not known yet" and are answered as `null`.
 
 use super::registry::{JobEntry, SAMPLE_INTERVAL};
 use crate::job::JobStatus;
@@ -22,6 +23,35 @@ pub(crate) struct KafkaView {
     /// When each point of every `lag_history` was sampled, oldest first.
     pub(crate) history_at_ms: Vec<i64>,
     pub(crate) sources: Vec<KafkaSourceLag>,
+    /// Partitions (of all sources and sinks) whose in-sync replicas are fewer than their
+    /// replicas.
+    pub(crate) under_replicated_partitions: usize,
+    /// Broker health per Kafka source and sink topic.
+    pub(crate) health: Vec<TopicHealth>,
+}
+
+/// The partitions of one topic as one source or sink operator sees them.
+#[derive(Debug, Serialize)]
+pub(crate) struct TopicHealth {
+    pub(crate) operator_id: u32,
+    pub(crate) operator: String,
+    /// `source` or `sink`.
+    pub(crate) kind: &'static str,
+    pub(crate) topic: String,
+    pub(crate) under_replicated: usize,
+    pub(crate) partitions: Vec<PartitionHealth>,
+}
+
+/// One partition's replication, from the cluster metadata.
+#[derive(Debug, Serialize)]
+pub(crate) struct PartitionHealth {
+    pub(crate) partition: i32,
+    /// The leader's broker id (`null`: no leader, or not known yet).
+    pub(crate) leader: Option<i64>,
+    pub(crate) replicas: Option<i64>,
+    pub(crate) in_sync_replicas: Option<i64>,
+    /// `in_sync_replicas < replicas` (`null` while not known).
+    pub(crate) under_replicated: Option<bool>,
 }
 
 /// One Kafka source operator.
@@ -43,6 +73,9 @@ pub(crate) struct PartitionLag {
     pub(crate) end_offset: Option<i64>,
     pub(crate) checkpointed_offset: Option<i64>,
     pub(crate) lag: Option<i64>,
+    /// Replicas and in-sync replicas (see `health`).
+    pub(crate) replicas: Option<i64>,
+    pub(crate) in_sync_replicas: Option<i64>,
     /// The lag at each of `history_at_ms` (`null` where it was not known).
     pub(crate) lag_history: Vec<Option<i64>>,
 }
@@ -96,6 +129,8 @@ impl KafkaView {
                         end_offset: gauge(&topic, p, kafka_gauges::END_OFFSET),
                         checkpointed_offset: gauge(&topic, p, kafka_gauges::CHECKPOINTED_OFFSET),
                         lag: gauge(&topic, p, kafka_gauges::LAG),
+                        replicas: gauge(&topic, p, kafka_gauges::REPLICAS),
+                        in_sync_replicas: gauge(&topic, p, kafka_gauges::IN_SYNC_REPLICAS),
                         lag_history: histories.remove(&(op.id, topic.clone(), p)).unwrap_or_default(),
                         topic,
                         partition: p,
@@ -111,7 +146,10 @@ impl KafkaView {
                 }
             })
             .collect();
+        let health = health_of(&snapshot);
         KafkaView {
+            under_replicated_partitions: health.iter().map(|h| h.under_replicated).sum(),
+            health,
             job: job.view.name.clone(),
             status: job.view.status(),
             now_ms: now,
@@ -120,4 +158,47 @@ impl KafkaView {
             sources,
         }
     }
+}
+
+/// Broker health of every operator that publishes replica gauges, per topic.
+fn health_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<TopicHealth> {
+    let mut out = Vec::new();
+    for op in snapshot {
+        let mut topics: BTreeMap<&str, BTreeMap<i32, BTreeMap<&str, i64>>> = BTreeMap::new();
+        for (name, value) in &op.gauges {
+            if let Some((topic, p, what)) = kafka_gauges::parse(name) {
+                if [kafka_gauges::LEADER, kafka_gauges::REPLICAS, kafka_gauges::IN_SYNC_REPLICAS]
+                    .contains(&what)
+                {
+                    topics.entry(topic).or_default().entry(p).or_default().insert(what, *value);
+                }
+            }
+        }
+        for (topic, parts) in topics {
+            let partitions: Vec<PartitionHealth> = parts
+                .into_iter()
+                .map(|(partition, g)| {
+                    let get = |what: &str| known(g.get(what).copied());
+                    let (replicas, in_sync) =
+                        (get(kafka_gauges::REPLICAS), get(kafka_gauges::IN_SYNC_REPLICAS));
+                    PartitionHealth {
+                        partition,
+                        leader: get(kafka_gauges::LEADER),
+                        replicas,
+                        in_sync_replicas: in_sync,
+                        under_replicated: replicas.zip(in_sync).map(|(r, i)| i < r),
+                    }
+                })
+                .collect();
+            out.push(TopicHealth {
+                operator_id: op.id,
+                operator: op.name.clone(),
+                kind: op.kind,
+                topic: topic.to_string(),
+                under_replicated: partitions.iter().filter(|p| p.under_replicated == Some(true)).count(),
+                partitions,
+            });
+        }
+    }
+    out
 }

@@ -8,7 +8,9 @@
 //! current-thread runtime, and a request only copies relaxed atomics and short-held locks.
 //! A sampler on that thread copies every job's counters and gauges once a second and keeps
 //! five minutes of them; per-second rates, busy/backpressured ratios and the Kafka lag
-//! history come from that history.
+//! history come from that history. The one exception, the operator state browser
+//! (`state.rs`), never reads state itself: it asks the owning task, which answers between two
+//! batches (see [`crate::state_query`]).
 //!
 //! Embedded mode starts it from `StreamEnv::execute` when [`JobConfig::web_bind`](crate::JobConfig)
 //! is set, and stops it when `execute` returns:
@@ -29,6 +31,8 @@ pub mod prometheus;
 mod registry;
 mod savepoints;
 mod server;
+mod state;
+mod transactions;
 mod views;
 
 pub use registry::{JobRegistry, HISTORY_SAMPLES, SAMPLE_INTERVAL};

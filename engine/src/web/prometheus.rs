@@ -29,6 +29,9 @@ pub mod names {
     pub const BACKPRESSURED_SECONDS: &str = "caudal_operator_backpressured_seconds_total";
     /// An operator subtask's input watermark, ms since the epoch (absent before the first).
     pub const WATERMARK: &str = "caudal_operator_watermark_milliseconds";
+    /// Record latency from the sources to an operator (all subtasks, last 30-60 s, from
+    /// latency markers) at `quantile` 0.5, 0.99 and 1 (the maximum).
+    pub const LATENCY: &str = "caudal_operator_latency_seconds";
     /// An operator's own counters (label `counter`, e.g. `late_records`).
     pub const OPERATOR_COUNTER: &str = "caudal_operator_counter_total";
     /// A Kafka source partition's end (last stable) offset (labels `topic`, `partition`).
@@ -37,6 +40,14 @@ pub mod names {
     pub const KAFKA_CHECKPOINTED_OFFSET: &str = "caudal_kafka_partition_checkpointed_offset";
     /// A Kafka source partition's lag: end offset minus checkpointed offset.
     pub const KAFKA_LAG: &str = "caudal_kafka_partition_lag";
+    /// Replicas of a Kafka source or sink partition, from the cluster metadata.
+    pub const KAFKA_REPLICAS: &str = "caudal_kafka_partition_replicas";
+    /// In-sync replicas of a Kafka source or sink partition (fewer than the replicas:
+    /// under-replicated).
+    pub const KAFKA_ISR: &str = "caudal_kafka_partition_in_sync_replicas";
+    /// Age of an open or pending Kafka sink transaction (labels `transactional_id`, `state`,
+    /// `checkpoint`), from its first record; compare with `transaction.timeout.ms`.
+    pub const KAFKA_TXN_AGE: &str = "caudal_kafka_sink_transaction_age_seconds";
 }
 
 /// Escape a label value: backslash, double quote and line feed.
@@ -87,6 +98,11 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "gauge",
         "Input watermark of an operator subtask, milliseconds since the epoch.",
     );
+    let mut latency = Family::new(
+        LATENCY,
+        "gauge",
+        "Record latency from the sources to an operator over the last 30-60 s (latency markers), by quantile.",
+    );
     let mut custom =
         Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
     let mut kafka_end =
@@ -101,7 +117,35 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "gauge",
         "Records of a Kafka source partition not yet covered by a completed checkpoint.",
     );
+    let mut kafka_replicas =
+        Family::new(KAFKA_REPLICAS, "gauge", "Replicas of a Kafka source or sink partition.");
+    let mut kafka_isr =
+        Family::new(KAFKA_ISR, "gauge", "In-sync replicas of a Kafka source or sink partition.");
+    let mut txn_age = Family::new(
+        KAFKA_TXN_AGE,
+        "gauge",
+        "Age of an open or pre-committed Kafka sink transaction since its first record.",
+    );
+    let now = crate::job::now_ms();
     for job in registry.list() {
+        for sink in super::transactions::TransactionsView::of(&job, now).sinks {
+            let o = format!(
+                "job=\"{}\",operator=\"{}\",operator_id=\"{}\"",
+                label(&job.view.name),
+                label(&sink.operator),
+                sink.operator_id
+            );
+            for t in sink.transactions {
+                let Some(age) = t.age_ms else { continue };
+                let l = format!(
+                    "{o},transactional_id=\"{}\",state=\"{}\",checkpoint=\"{}\"",
+                    label(&t.transactional_id),
+                    t.state,
+                    t.checkpoint
+                );
+                txn_age.add(&l, age as f64 / 1000.0);
+            }
+        }
         let v = &job.view;
         let j = label(&v.name);
         let current = v.status();
@@ -127,6 +171,11 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     wm.add(&l, s.watermark);
                 }
             }
+            if let Some(l) = op.latency {
+                for (q, us) in [("0.5", l.p50_us), ("0.99", l.p99_us), ("1", l.max_us)] {
+                    latency.add(&format!("{o},quantile=\"{q}\""), us as f64 / 1e6);
+                }
+            }
             for (name, value) in &op.counters {
                 custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
             }
@@ -136,6 +185,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     kafka_gauges::END_OFFSET => &mut kafka_end,
                     kafka_gauges::CHECKPOINTED_OFFSET => &mut kafka_done,
                     kafka_gauges::LAG => &mut kafka_lag,
+                    kafka_gauges::REPLICAS => &mut kafka_replicas,
+                    kafka_gauges::IN_SYNC_REPLICAS => &mut kafka_isr,
                     _ => continue,
                 };
                 // Negative: not known yet (no statistics or no checkpoint so far).
@@ -156,10 +207,14 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &busy,
         &bp,
         &wm,
+        &latency,
         &custom,
         &kafka_end,
         &kafka_done,
         &kafka_lag,
+        &kafka_replicas,
+        &kafka_isr,
+        &txn_age,
     ] {
         f.write_to(&mut out);
     }

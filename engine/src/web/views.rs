@@ -164,6 +164,9 @@ pub(crate) struct OperatorMetrics {
     pub(crate) backpressured_ratio: Option<f64>,
     pub(crate) watermark: Option<Timestamp>,
     pub(crate) counters: BTreeMap<String, u64>,
+    /// Record latency from the sources to this operator over the last 30-60 s, all subtasks
+    /// (latency markers; `null` before the first, and at sources).
+    pub(crate) latency: Option<crate::metrics::LatencySummary>,
     pub(crate) subtasks: Vec<SubtaskMetricsView>,
 }
 
@@ -180,6 +183,7 @@ pub(crate) struct SubtaskMetricsView {
     pub(crate) busy_ratio: Option<f64>,
     pub(crate) backpressured_ratio: Option<f64>,
     pub(crate) watermark: Option<Timestamp>,
+    pub(crate) latency: Option<crate::metrics::LatencySummary>,
 }
 
 /// Rates over time, one point per sample interval (columnar: `at_ms[i]` is the end of
@@ -280,6 +284,7 @@ fn operator_metrics(op: &OperatorSnapshot, rates: Option<&[SubtaskRates]>) -> Op
                 busy_ratio: r.map(|r| r.busy_ratio),
                 backpressured_ratio: r.map(|r| r.backpressured_ratio),
                 watermark: event_time(s.watermark),
+                latency: s.latency,
             }
         })
         .collect();
@@ -300,6 +305,7 @@ fn operator_metrics(op: &OperatorSnapshot, rates: Option<&[SubtaskRates]>) -> Op
         backpressured_ratio: max(|r| r.backpressured_ratio),
         watermark: event_time(op.watermark),
         counters: op.counters.clone(),
+        latency: op.latency,
         subtasks,
     }
 }

@@ -455,6 +455,8 @@ impl Attempt<'_> {
                     let msg = match cmd {
                         TaskCommand::TriggerCheckpoint(b) => ToExecutor::TriggerCheckpoint(b),
                         TaskCommand::CheckpointComplete(id) => ToExecutor::CheckpointComplete(id),
+                        // State queries are served in embedded mode only.
+                        TaskCommand::ServeStateQueries => continue,
                     };
                     if e.finished {
                         continue;

@@ -154,6 +154,7 @@ impl ClusterJob {
             m.busy_ns.store(c.busy_ns, Ordering::Relaxed);
             m.backpressured_ns.store(c.backpressured_ns, Ordering::Relaxed);
             m.mirror(&c.counters, &c.gauges);
+            m.mirror_latency(c.latency);
         }
     }
 

@@ -241,6 +241,8 @@ function jobPage(name) {
       <div id="rates-legend" class="series-legend"></div>
     </section>
     ${kafkaCardHtml()}
+    ${transactionsCardHtml()}
+    ${stateCardHtml()}
     <section class="card" id="operators-card">
       <div class="card-head"><h2>Operators</h2><span class="hint">rates and ratios over the last second · ▸ shows subtasks</span></div>
       <div id="operators-table"></div>
@@ -255,6 +257,7 @@ function jobPage(name) {
     </div>`;
 
   const state = { name, layout: null, planKey: "", expanded: new Set(), status: null };
+  initStatePanel(name); // state.js
   $("#cancel-btn").addEventListener("click", async () => {
     if (!window.confirm(`Cancel job "${name}"? Sources stop and sinks flush.`)) return;
     try {
@@ -274,13 +277,15 @@ function jobPage(name) {
 
   const base = jobUrl(name);
   startPolling(async () => {
-    const [detail, metrics, watermarks, checkpoints, kafka] = await Promise.all([
+    const [detail, metrics, watermarks, checkpoints, kafka, keyed, txns] = await Promise.all([
       api(base), api(base + "/metrics?history=" + HISTORY_SECS), api(base + "/watermarks"), api(base + "/checkpoints"),
-      api(base + "/kafka?history=" + HISTORY_SECS),
+      api(base + "/kafka?history=" + HISTORY_SECS), api(base + "/state"), api(base + "/transactions"),
     ]);
     state.last = { detail, metrics };
     renderJob(state, detail, metrics, watermarks, checkpoints);
     renderKafka(kafka); // kafka.js
+    renderTransactions(txns); // kafka.js
+    renderStateOverview(keyed); // state.js
   });
 }
 
@@ -497,6 +502,20 @@ function ratioCell(x, colour) {
   return `<td class="num"><span class="bar"><i style="width:${Math.round(x * 100)}%;background:${colour}"></i></span>${fmtPct(x)}</td>`;
 }
 
+// Microseconds as "850 µs", "12.3 ms", "1.20 s".
+function fmtMicros(us) {
+  if (us == null) return "—";
+  if (us < 1e3) return `${Math.round(us)} µs`;
+  if (us < 1e6) return `${(us / 1e3).toFixed(us < 1e4 ? 2 : 1)} ms`;
+  return `${(us / 1e6).toFixed(2)} s`;
+}
+
+// p50 / p99 / max of a latency summary, or a dash.
+function latencyCell(l) {
+  if (!l) return `<td class="num muted latency">—</td>`;
+  return `<td class="num latency" title="${fmtInt(l.count)} latency markers, last 30-60 s" data-p50="${l.p50_us}" data-p99="${l.p99_us}" data-max="${l.max_us}">${fmtMicros(l.p50_us)} / ${fmtMicros(l.p99_us)} / ${fmtMicros(l.max_us)}</td>`;
+}
+
 function renderOperators(state, detail, metrics) {
   const plan = new Map(detail.operators.map((o) => [o.id, o]));
   const taskIdx = new Map(detail.tasks.map((t, i) => [t.id, i]));
@@ -511,20 +530,20 @@ function renderOperators(state, detail, metrics) {
       <td class="num">${fmtInt(m.records_in)}</td><td class="num">${fmtInt(m.records_out)}</td>
       <td class="num">${fmtRate(m.records_in_per_sec)}</td><td class="num">${fmtRate(m.records_out_per_sec)}</td>
       ${src ? `<td class="num muted">—</td>` : ratioCell(m.busy_ratio, "#f59e0b")}${ratioCell(m.backpressured_ratio, "#4338ca")}
-      <td class="num mono">${esc(m.watermark == null ? "—" : fmtClock(m.watermark, true))}</td></tr>`;
+      <td class="num mono">${esc(m.watermark == null ? "—" : fmtClock(m.watermark, true))}</td>${latencyCell(m.latency)}</tr>`;
     if (open) {
       for (const s of m.subtasks) {
         rows += `<tr class="sub"><td>subtask #${s.subtask}</td><td></td><td></td>
           <td class="num">${fmtInt(s.records_in)}</td><td class="num">${fmtInt(s.records_out)}</td>
           <td class="num">${fmtRate(s.records_in_per_sec)}</td><td class="num">${fmtRate(s.records_out_per_sec)}</td>
           ${src ? `<td class="num muted">—</td>` : ratioCell(s.busy_ratio, "#f59e0b")}${ratioCell(s.backpressured_ratio, "#4338ca")}
-          <td class="num mono">${esc(s.watermark == null ? "—" : fmtClock(s.watermark, true))}</td></tr>`;
+          <td class="num mono">${esc(s.watermark == null ? "—" : fmtClock(s.watermark, true))}</td>${latencyCell(s.latency)}</tr>`;
       }
     }
   }
   $("#operators-table").innerHTML = `<table id="operators"><thead><tr><th>Operator</th><th class="num">Parallelism</th><th class="num">Task</th>
     <th class="num">Records in</th><th class="num">Records out</th><th class="num">In/s</th><th class="num">Out/s</th>
-    <th class="num">Busy</th><th class="num">Backpressured</th><th class="num">Watermark</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <th class="num">Busy</th><th class="num">Backpressured</th><th class="num">Watermark</th><th class="num" title="record latency from the sources (latency markers), last 30-60 s">Latency p50 / p99 / max</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function renderWatermarks(w) {

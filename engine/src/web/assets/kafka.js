@@ -6,10 +6,13 @@
 // The card's markup, placed by app.js on the job page.
 function kafkaCardHtml() {
   return `<section class="card" id="kafka-card" hidden>
-      <div class="card-head"><h2>Kafka consumer lag</h2><span class="hint">records per partition between its end offset and the last completed checkpoint, last ${HISTORY_SECS / 60} minutes</span></div>
-      <div class="chart-wrap"><svg id="kafka-chart" role="img" aria-label="Consumer lag per partition over time"></svg></div>
-      <div id="kafka-legend" class="series-legend"></div>
-      <div id="kafka-table"></div>
+      <div class="card-head"><h2>Kafka</h2><span class="hint">consumer lag: records per partition between its end offset and the last completed checkpoint, last ${HISTORY_SECS / 60} minutes</span></div>
+      <div id="kafka-lag-part">
+        <div class="chart-wrap"><svg id="kafka-chart" role="img" aria-label="Consumer lag per partition over time"></svg></div>
+        <div id="kafka-legend" class="series-legend"></div>
+        <div id="kafka-table"></div>
+      </div>
+      <div id="kafka-health"></div>
     </section>`;
 }
 
@@ -35,7 +38,9 @@ function kafkaSeries(kafka) {
 function renderKafka(kafka) {
   const card = $("#kafka-card");
   if (!card) return;
-  card.hidden = !kafka.sources.length;
+  card.hidden = !kafka.sources.length && !kafka.health.length;
+  renderKafkaHealth(kafka);
+  $("#kafka-lag-part").hidden = !kafka.sources.length;
   if (!kafka.sources.length) return;
   const series = kafkaSeries(kafka);
   renderKafkaChart(kafka, series);
@@ -94,4 +99,53 @@ function renderKafkaChart(kafka, series) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("height", H);
   svg.innerHTML = out;
+}
+
+// Broker health seen from the client: replicas and in-sync replicas per partition.
+function renderKafkaHealth(kafka) {
+  const n = (v) => (v == null ? `<span class="muted">—</span>` : v);
+  const rows = kafka.health.flatMap((h) => h.partitions.map((p) => {
+    const state = p.under_replicated == null ? `<span class="muted">unknown</span>` :
+      p.under_replicated ? `<span class="health bad">under-replicated</span>` : `<span class="health ok">in sync</span>`;
+    return `<tr data-topic="${esc(h.topic)}" data-partition="${p.partition}" data-kind="${esc(h.kind)}"><td>${esc(h.operator)} ${kindTag(h.kind)}</td>
+      <td class="mono">${esc(h.topic)}</td><td class="num">${p.partition}</td><td class="num">${n(p.leader)}</td>
+      <td class="num">${n(p.replicas)}</td><td class="num">${n(p.in_sync_replicas)}</td><td>${state}</td></tr>`;
+  })).join("");
+  const under = kafka.under_replicated_partitions;
+  $("#kafka-health").innerHTML = !kafka.health.length ? "" : `<p class="pad-x"><b>Broker health</b> <span class="muted">(cluster metadata, every 10 s)</span>:
+      ${under ? `<span class="health bad">${under} under-replicated partition${under > 1 ? "s" : ""}</span>` : `<span class="health ok">every partition in sync</span>`}</p>
+    <table id="kafka-health-table"><thead><tr><th>Operator</th><th>Topic</th><th class="num">Partition</th><th class="num">Leader</th>
+      <th class="num">Replicas</th><th class="num">In sync</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+// ---------- pending sink transactions (/api/v1/jobs/<name>/transactions) ----------
+
+function transactionsCardHtml() {
+  return `<section class="card" id="txn-card" hidden>
+      <div class="card-head"><h2>Kafka sink transactions</h2><span class="hint">open and pre-committed transactions of the exactly-once sinks; age against transaction.timeout.ms</span></div>
+      <div id="txn-table"></div>
+    </section>`;
+}
+
+const TXN_STATES = { open: "open", pre_committed: "pre-committed · awaiting checkpoint", committing: "committing" };
+
+function renderTransactions(t) {
+  const card = $("#txn-card");
+  if (!card) return;
+  card.hidden = !t.sinks.length;
+  if (!t.sinks.length) return;
+  const rows = t.sinks.flatMap((s) => s.transactions.map((x) => {
+    const pct = x.timeout_fraction == null ? null : Math.min(1, x.timeout_fraction);
+    const colour = pct == null ? "#94a3b8" : pct > 0.8 ? "#dc2626" : pct > 0.5 ? "#d97706" : "#0d9488";
+    return `<tr data-txn="${esc(x.transactional_id)}" data-state="${esc(x.state)}"><td>${esc(s.operator)}</td>
+      <td class="mono">${esc(x.transactional_id)}</td><td class="num">${x.producer_id}</td><td class="num">${x.producer_epoch}</td>
+      <td class="num">${x.checkpoint}</td><td><span class="txn-state ${esc(x.state)}">${esc(TXN_STATES[x.state] || x.state)}</span></td>
+      <td class="num">${fmtInt(x.records)}</td>
+      <td class="num txn-age">${x.age_ms == null ? `<span class="muted">—</span>` :
+        `<span class="bar"><i style="width:${Math.round(100 * pct)}%;background:${colour}"></i></span>${fmtDuration(x.age_ms)} / ${fmtDuration(x.timeout_ms)}`}</td></tr>`;
+  })).join("");
+  const ids = t.sinks.reduce((a, s) => a + s.transactional_ids, 0);
+  $("#txn-table").innerHTML = `<table id="transactions"><thead><tr><th>Sink</th><th>Transactional id</th><th class="num">Producer id</th>
+    <th class="num">Epoch</th><th class="num">Checkpoint</th><th>State</th><th class="num">Records</th><th class="num">Age / timeout</th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="8" class="muted">No open or pending transactions (${ids} transactional ids in the pools).</td></tr>`}</tbody></table>`;
 }

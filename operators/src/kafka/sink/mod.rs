@@ -40,6 +40,8 @@ pub struct KafkaSink<T> {
     restored: Vec<SinkSnapshot>,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// Leader, replicas and in-sync replicas of the topic's partitions (subtask 0 only).
+    health: Option<crate::kafka::health::HealthProbe>,
 }
 
 impl<T> std::fmt::Debug for KafkaSink<T> {
@@ -58,6 +60,7 @@ impl<T: Data> KafkaSink<T> {
             restored: Vec::new(),
             key: Vec::new(),
             value: Vec::new(),
+            health: None,
         }
     }
 
@@ -89,6 +92,15 @@ impl<T: Data> Sink for KafkaSink<T> {
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.config.check_timeout(ctx.checkpoint_timing)?;
+        if ctx.subtask == 0 {
+            self.health = crate::kafka::health::HealthProbe::start(
+                &self.config.brokers,
+                &self.config.properties,
+                &self.config.topic,
+                None,
+                ctx.metrics.clone(),
+            );
+        }
         self.serializer.open(&self.config.topic)?;
         self.mode = match self.config.delivery {
             DeliveryGuarantee::ExactlyOnce => {
@@ -105,7 +117,13 @@ impl<T: Data> Sink for KafkaSink<T> {
                 }
                 .run(&self.restored, restored)?;
                 self.restored.clear();
-                let mut txns = Transactions::new(self.config.clone(), coordinator, prefix, ctx.subtask);
+                let mut txns = Transactions::new(
+                    self.config.clone(),
+                    coordinator,
+                    prefix,
+                    ctx.subtask,
+                    ctx.metrics.clone(),
+                );
                 txns.reserve(reserved, restored.unwrap_or(0));
                 Mode::Transactional(Box::new(txns))
             }
@@ -168,6 +186,7 @@ impl<T: Data> Sink for KafkaSink<T> {
     }
 
     fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.health = None;
         match &mut self.mode {
             Mode::Transactional(txns) if ctx.checkpointing => {
                 txns.abort_open();

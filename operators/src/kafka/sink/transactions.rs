@@ -17,10 +17,13 @@
 use super::config::KafkaSinkConfig;
 use super::producer::SinkProducer;
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
+use caudal::metrics::{kafka_txn_gauges as g, SubtaskMetrics};
 use caudal::{crash, CheckpointId, Error, Result};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 /// A transaction recorded in a checkpoint: enough to commit it from another process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +56,35 @@ pub(crate) struct TxnProducer {
     producer_epoch: i16,
     /// Records written in the open transaction.
     pub(crate) records: u64,
+    gauges: TxnGauges,
+}
+
+/// What the REST API shows of one transactional id ([`caudal::metrics::kafka_txn_gauges`]);
+/// written when its transaction changes state and once per batch, never per record.
+struct TxnGauges {
+    state: Arc<AtomicI64>,
+    checkpoint: Arc<AtomicI64>,
+    opened_ms: Arc<AtomicI64>,
+    records: Arc<AtomicI64>,
+}
+
+impl TxnGauges {
+    fn new(metrics: &SubtaskMetrics, id: &str, producer_id: i64, epoch: i16, timeout_ms: i64) -> Self {
+        metrics.gauge(g::name(id, g::PRODUCER_ID)).store(producer_id, Ordering::Relaxed);
+        metrics.gauge(g::name(id, g::PRODUCER_EPOCH)).store(i64::from(epoch), Ordering::Relaxed);
+        metrics.gauge(g::name(id, g::TIMEOUT_MS)).store(timeout_ms, Ordering::Relaxed);
+        TxnGauges {
+            state: metrics.gauge(g::name(id, g::STATE)),
+            checkpoint: metrics.gauge(g::name(id, g::CHECKPOINT)),
+            opened_ms: metrics.gauge(g::name(id, g::OPENED_MS)),
+            records: metrics.gauge(g::name(id, g::RECORDS)),
+        }
+    }
+
+    fn set(&self, state: i64, checkpoint: u64) {
+        self.checkpoint.store(checkpoint as i64, Ordering::Relaxed);
+        self.state.store(state, Ordering::Relaxed);
+    }
 }
 
 struct Pending {
@@ -77,6 +109,9 @@ pub(crate) struct Transactions {
     /// initialised again until a newer checkpoint completes.
     reserved: Vec<(u32, u64)>,
     next_index: u32,
+    /// The last checkpoint whose barrier passed (the open transaction belongs to the next).
+    last_barrier: u64,
+    metrics: Arc<SubtaskMetrics>,
 }
 
 impl Transactions {
@@ -85,6 +120,7 @@ impl Transactions {
         coordinator: TxnCoordinatorClient,
         id_prefix: String,
         subtask: u32,
+        metrics: Arc<SubtaskMetrics>,
     ) -> Self {
         Transactions {
             config,
@@ -97,6 +133,8 @@ impl Transactions {
             free: Vec::new(),
             reserved: Vec::new(),
             next_index: 0,
+            last_barrier: 0,
+            metrics,
         }
     }
 
@@ -104,6 +142,7 @@ impl Transactions {
     /// checkpoint completes.
     pub(crate) fn reserve(&mut self, indices: Vec<u32>, checkpoint: u64) {
         self.reserved.extend(indices.into_iter().map(|i| (i, checkpoint)));
+        self.last_barrier = self.last_barrier.max(checkpoint);
     }
 
     /// The producer of the open transaction, beginning one if none is open.
@@ -117,14 +156,18 @@ impl Transactions {
                 .producer
                 .begin_transaction()
                 .map_err(|e| self.fatal("beginning a transaction", &txn, e))?;
+            txn.gauges.opened_ms.store(-1, Ordering::Relaxed);
+            txn.gauges.records.store(0, Ordering::Relaxed);
+            txn.gauges.set(g::STATE_OPEN, self.last_barrier + 1);
             self.open = Some(txn);
         }
         self.open.as_mut().ok_or_else(|| Error::Operator("kafka sink: no open transaction".into()))
     }
 
-    /// Serves delivery reports of the open transaction.
+    /// Serves delivery reports of the open transaction (once per batch).
     pub(crate) fn poll(&self) {
         if let Some(txn) = &self.open {
+            txn.gauges.records.store(txn.records as i64, Ordering::Relaxed);
             txn.producer.poll();
         }
     }
@@ -132,6 +175,9 @@ impl Transactions {
     pub(crate) fn send(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
         let txn = self.open()?;
         txn.producer.send(key, value, timestamp)?;
+        if txn.records == 0 {
+            txn.gauges.opened_ms.store(caudal::job::now_ms(), Ordering::Relaxed);
+        }
         txn.records += 1;
         Ok(())
     }
@@ -146,11 +192,18 @@ impl Transactions {
                 self.open = Some(txn);
             } else {
                 txn.producer.flush()?;
+                txn.gauges.records.store(txn.records as i64, Ordering::Relaxed);
+                txn.gauges.set(g::STATE_PRE_COMMITTED, checkpoint.0);
                 self.pending.push(Pending { checkpoint: checkpoint.0, listed_until: checkpoint.0, txn });
             }
         }
         for p in &mut self.pending {
             p.listed_until = checkpoint.0;
+        }
+        self.last_barrier = self.last_barrier.max(checkpoint.0);
+        if let Some(txn) = &self.open {
+            // An empty transaction carried over belongs to the next epoch now.
+            txn.gauges.set(g::STATE_OPEN, self.last_barrier + 1);
         }
         Ok(SinkSnapshot {
             subtask: self.subtask,
@@ -180,6 +233,7 @@ impl Transactions {
         self.reserved.retain(|(_, listed_until)| *listed_until >= checkpoint.0);
         for (i, p) in due.into_iter().enumerate() {
             let txn = &p.txn;
+            txn.gauges.set(g::STATE_COMMITTING, p.checkpoint);
             txn.producer
                 .producer
                 .commit_transaction(txn.producer.timeout())
@@ -188,6 +242,7 @@ impl Transactions {
                 crash::point(crash::DURING_SINK_COMMIT, checkpoint);
             }
             let mut p = p;
+            p.txn.gauges.set(g::STATE_IDLE, p.checkpoint);
             p.txn.records = 0;
             self.committed.push(p);
         }
@@ -198,11 +253,13 @@ impl Transactions {
     pub(crate) fn commit_open(&mut self) -> Result<()> {
         if let Some(txn) = self.open.take() {
             if txn.records > 0 {
+                txn.gauges.set(g::STATE_COMMITTING, self.last_barrier + 1);
                 txn.producer
                     .producer
                     .commit_transaction(txn.producer.timeout())
                     .map_err(|e| self.fatal("committing", &txn, e))?;
             }
+            txn.gauges.set(g::STATE_IDLE, self.last_barrier + 1);
         }
         Ok(())
     }
@@ -214,6 +271,7 @@ impl Transactions {
             if txn.records > 0 {
                 let _ = txn.producer.producer.abort_transaction(txn.producer.timeout());
             }
+            txn.gauges.set(g::STATE_IDLE, self.last_barrier + 1);
         }
     }
 
@@ -260,6 +318,13 @@ impl Transactions {
                     "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
                 ))
             })?;
+        let gauges = TxnGauges::new(
+            &self.metrics,
+            &transactional_id,
+            described.producer_id,
+            described.producer_epoch,
+            self.config.transaction_timeout.as_millis() as i64,
+        );
         Ok(TxnProducer {
             transactional_id,
             index,
@@ -267,6 +332,7 @@ impl Transactions {
             producer_id: described.producer_id,
             producer_epoch: described.producer_epoch,
             records: 0,
+            gauges,
         })
     }
 

@@ -98,6 +98,8 @@ pub struct KafkaSourceReader<T> {
     last_positions: Option<Positions>,
     /// Per partition, what the last snapshot covers for the lag gauge (see [`Self::covered`]).
     last_covered: BTreeMap<i32, i64>,
+    /// Leader, replicas and in-sync replicas of this subtask's partitions.
+    _health: Option<crate::kafka::health::HealthProbe>,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -241,6 +243,13 @@ impl<T> KafkaSourceReader<T> {
             Some(dlq) => Some(DeadLetters::new(&config.brokers, dlq)?),
             None => None,
         };
+        let health = crate::kafka::health::HealthProbe::start(
+            &config.brokers,
+            &config.properties,
+            topic,
+            Some(partitions.iter().map(|p| p.partition).collect()),
+            ctx.metrics.clone(),
+        );
         let mut reader = KafkaSourceReader {
             consumer,
             topic: topic.to_owned(),
@@ -251,6 +260,7 @@ impl<T> KafkaSourceReader<T> {
             bad_records: ctx.metrics.counter("bad_records"),
             last_positions: None,
             last_covered: BTreeMap::new(),
+            _health: health,
         };
         for i in 0..reader.partitions.len() {
             let done = matches!((reader.partitions[i].next, reader.partitions[i].end), (Some(n), Some(e)) if n >= e)

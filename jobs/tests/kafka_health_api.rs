@@ -1,0 +1,100 @@
+//! Broker health seen from the client through the REST API and `/metrics`, against a running
+//! embedded job that reads one real topic (2 partitions) and writes another (1 partition)
+//! on the test stack's single-node broker: every partition has a leader, one replica and one
+//! in-sync replica, so none is under-replicated.
+//!
+//! Needs the test stack (`scripts/services.sh start`); skipped without it unless
+//! `CAUDAL_REQUIRE_STACK` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kafka_support;
+
+use caudal::{JobConfig, StreamEnv, WatermarkStrategy};
+use caudal_operators::kafka::{
+    DeliveryGuarantee, JsonSerializer, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig,
+};
+use kafka_support::{create_topic, stack, unique};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+#[test]
+fn partitions_of_sources_and_sinks_report_replicas_and_in_sync_replicas() {
+    let Some(stack) = stack() else { return };
+    let (input, output) = (unique("health-in"), unique("health-out"));
+    create_topic(&stack, &input, 2);
+    create_topic(&stack, &output, 1);
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config =
+        JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
+    let source = KafkaSourceConfig::new(&stack.brokers, &input);
+    let sink = KafkaSinkConfig::new(&stack.brokers, &output).delivery(DeliveryGuarantee::AtLeastOnce);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let env = StreamEnv::with_config(config);
+        env.source("in", KafkaSource::<Value>::json(source), WatermarkStrategy::none())
+            .sink("out", move |_| Ok(KafkaSink::new(sink.clone(), JsonSerializer)));
+        let _ = tx.send(env.stop_handle());
+        env.execute("kafka-health")
+    });
+    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let base = format!("http://{addr}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let v: Value = loop {
+        let answer = agent
+            .get(format!("{base}/api/v1/jobs/kafka-health/kafka"))
+            .call()
+            .ok()
+            .and_then(|mut r| (r.status() == 200).then(|| r.body_mut().read_json::<Value>().unwrap()));
+        if let Some(v) = answer {
+            let known = v["health"].as_array().is_some_and(|h| {
+                h.len() == 2
+                    && h.iter().all(|t| {
+                        t["partitions"].as_array().unwrap().iter().all(|p| p["in_sync_replicas"].is_i64())
+                    })
+            });
+            if known {
+                break v;
+            }
+        }
+        assert!(Instant::now() < deadline, "no broker health for both topics");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["under_replicated_partitions"], 0, "{v}");
+    let health = v["health"].as_array().unwrap();
+    let by_topic = |t: &str| health.iter().find(|h| h["topic"] == t).unwrap_or_else(|| panic!("{t} in {v}"));
+    for (topic, operator, kind, partitions) in [(&input, "in", "source", 2), (&output, "out", "sink", 1)] {
+        let h = by_topic(topic);
+        assert_eq!(h["operator"], operator);
+        assert_eq!(h["kind"], kind);
+        assert_eq!(h["under_replicated"], 0);
+        let parts = h["partitions"].as_array().unwrap();
+        assert_eq!(parts.len(), partitions, "{h}");
+        for (i, p) in parts.iter().enumerate() {
+            assert_eq!(p["partition"], i as i64);
+            assert_eq!(p["replicas"], 1, "{p}");
+            assert_eq!(p["in_sync_replicas"], 1, "{p}");
+            assert_eq!(p["under_replicated"], false, "{p}");
+            assert!(p["leader"].as_i64().unwrap() >= 0, "{p}");
+        }
+    }
+    // The source's lag entries carry the same numbers.
+    for p in v["sources"][0]["partitions"].as_array().unwrap() {
+        assert_eq!((p["replicas"].as_i64(), p["in_sync_replicas"].as_i64()), (Some(1), Some(1)), "{p}");
+    }
+    let text = agent.get(format!("{base}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+    for (topic, operator, id) in [(&input, "in", 0), (&output, "out", 1)] {
+        let labels = format!("job=\"kafka-health\",operator=\"{operator}\",operator_id=\"{id}\",topic=\"{topic}\",partition=\"0\"");
+        for series in ["caudal_kafka_partition_replicas", "caudal_kafka_partition_in_sync_replicas"] {
+            let line = format!("{series}{{{labels}}} 1");
+            assert!(text.contains(&line), "no `{line}` in /metrics:\n{text}");
+        }
+    }
+    stop.stop();
+    runner.join().unwrap().expect("the job ends cleanly");
+}

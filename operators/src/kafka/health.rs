@@ -1,0 +1,121 @@
+//! Broker health seen from the client: per partition of a source's or sink's topic, its
+//! leader, its replicas and its in-sync replicas, from the cluster metadata.
+//!
+//! librdkafka's statistics carry no ISR, so a probe thread of its own (one per source subtask,
+//! and one per sink, on subtask 0) asks for the topic's metadata every [`HEALTH_INTERVAL`] —
+//! first right at start — and publishes the answer as the partition gauges
+//! `kafka.<topic>.<partition>.{leader,replicas,in_sync_replicas}` of
+//! [`caudal::metrics::kafka_gauges`]. A partition whose in-sync replicas are fewer than its
+//! replicas is under-replicated (the REST API and the UI flag it). The probe never runs on a
+//! task thread, so a slow or unreachable broker does not stall records; when the metadata
+//! cannot be read the gauges go back to unknown (-1).
+
+use caudal::metrics::{kafka_gauges as g, SubtaskMetrics};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the metadata is read again.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long one metadata request may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The health gauges of one partition.
+struct PartitionHealth {
+    leader: Arc<AtomicI64>,
+    replicas: Arc<AtomicI64>,
+    in_sync: Arc<AtomicI64>,
+}
+
+impl PartitionHealth {
+    fn set(&self, leader: i64, replicas: i64, in_sync: i64) {
+        self.leader.store(leader, Ordering::Relaxed);
+        self.replicas.store(replicas, Ordering::Relaxed);
+        self.in_sync.store(in_sync, Ordering::Relaxed);
+    }
+}
+
+/// A running probe; dropping it stops the thread (which may finish a request first).
+pub(crate) struct HealthProbe {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for HealthProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl HealthProbe {
+    /// Probes `partitions` of `topic` (all of them when `None`) on `brokers`, with the
+    /// security settings among `properties`, into the gauges of `metrics`.
+    pub(crate) fn start(
+        brokers: &str,
+        properties: &[(String, String)],
+        topic: &str,
+        partitions: Option<Vec<i32>>,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Option<HealthProbe> {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", brokers);
+        // Only what reaching the brokers needs: the rest is producer- or consumer-specific.
+        for (k, v) in properties {
+            if ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p)) {
+                client.set(k, v);
+            }
+        }
+        // No probe is better than a failed job: health is for display only.
+        let consumer: BaseConsumer = client.create().ok()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let topic = topic.to_string();
+        std::thread::Builder::new()
+            .name(format!("kafka-health {topic}"))
+            .spawn(move || run(consumer, &topic, partitions, &metrics, &flag))
+            .ok()?;
+        Some(HealthProbe { stop })
+    }
+}
+
+fn run(
+    consumer: BaseConsumer,
+    topic: &str,
+    partitions: Option<Vec<i32>>,
+    metrics: &SubtaskMetrics,
+    stop: &AtomicBool,
+) {
+    let mut gauges: BTreeMap<i32, PartitionHealth> = BTreeMap::new();
+    let gauge = |p: i32, what: &str| metrics.gauge(g::name(topic, p, what));
+    while !stop.load(Ordering::Relaxed) {
+        match consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT) {
+            Ok(metadata) => {
+                for t in metadata.topics().iter().filter(|t| t.name() == topic && t.error().is_none()) {
+                    for p in t.partitions() {
+                        if partitions.as_ref().is_some_and(|mine| !mine.contains(&p.id())) {
+                            continue;
+                        }
+                        let h = gauges.entry(p.id()).or_insert_with(|| PartitionHealth {
+                            leader: gauge(p.id(), g::LEADER),
+                            replicas: gauge(p.id(), g::REPLICAS),
+                            in_sync: gauge(p.id(), g::IN_SYNC_REPLICAS),
+                        });
+                        h.set(i64::from(p.leader()), p.replicas().len() as i64, p.isr().len() as i64);
+                    }
+                }
+            }
+            Err(_) => {
+                for h in gauges.values() {
+                    h.set(-1, -1, -1);
+                }
+            }
+        }
+        let next = Instant::now() + HEALTH_INTERVAL;
+        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
