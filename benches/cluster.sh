@@ -81,4 +81,4 @@ R1=$(in_state)
 until [[ "$(in_state)" != "$R1" ]]; do sleep 0.05; done
 T2=$(date +%s.%N)
 RESTORE=$(api metrics | python3 -c 'import json,sys; print(max(o.get("counters",{}).get("state_restore_ms",0) for o in json.load(sys.stdin)["operators"]))')
-python3 -c "print(f'{$SIZE/1e6:,.0f} MB of state, task manager SIGKILL to running again: {($T1-$T0):.1f} s; to processing again: {($T2-$T0):.1f} s (state restore {$RESTORE} ms)')"
+python3 -c "print(f'{$SIZE/1e6:,.0f} MB of state, task manager SIGKILL to running again: {($T1-$T0):.1f} s; to processing again: {($T2-$T0):.1f} s (state restore, summed over the subtasks: {$RESTORE} ms)')"
