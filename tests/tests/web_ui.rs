@@ -12,6 +12,10 @@
 #[path = "../../jobs/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
+// A job manager and task managers as processes (engine/tests/cluster_support).
+#[path = "../../engine/tests/cluster_support/mod.rs"]
+mod cluster_support;
+
 use caudal::{JobConfig, StopHandle, StreamEnv};
 use caudal_jobs::temperature::{SinkKind, SourceKind, TemperatureJob};
 use caudal_operators::generator::GeneratorConfig;
@@ -311,6 +315,8 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
         Duration::from_secs(20),
     );
     assert!(browser.eval("return document.querySelector('#jobs .badge').textContent;") == "RUNNING");
+    // An embedded job has no task managers: the card stays hidden.
+    assert!(browser.eval("return document.querySelector('#tms-card').hidden;") == true);
     browser.screenshot(&shots.join("overview.png"));
 
     // Job page: the graph has every operator, labelled, with its partitioning on edges.
@@ -593,6 +599,33 @@ impl caudal::Operator for Gate {
         out.append(&mut b);
         Ok(())
     }
+}
+
+/// A job manager's overview lists its task managers: slots in use, executors, heartbeat age.
+#[test]
+fn task_managers_of_a_job_manager_in_chromium() {
+    let mut c = cluster_support::Cluster::start(&[]);
+    c.start_taskmanager("tm-ui-1", 2);
+    c.start_taskmanager("tm-ui-2", 1);
+    c.wait_for_task_managers(2);
+    let browser = Browser::start();
+    browser.goto(&c.url());
+    let names = browser.wait_for(
+        "both task managers in the table",
+        "const rows = [...document.querySelectorAll('#task-managers tbody tr')];
+         return rows.length === 2 ? rows.map((r) => r.cells[0].textContent + ' ' + r.cells[2].textContent) : null;",
+        Duration::from_secs(20),
+    );
+    let mut names: Vec<String> =
+        names.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["tm-ui-1 0 / 2", "tm-ui-2 0 / 1"]);
+    let meta = browser.eval("return document.querySelector('#tms-meta').textContent;");
+    assert!(meta.as_str().unwrap().contains("0 of 3 slots in use"), "{meta}");
+    let heartbeat =
+        browser.eval("return document.querySelector('#task-managers tbody tr').cells[4].textContent;");
+    assert!(heartbeat.as_str().unwrap().ends_with("ms ago"), "{heartbeat}");
+    browser.full_page_screenshot(&artifacts().join("task-managers.png"));
 }
 
 /// Opens the gate when the test ends, panicking or not, so the job can stop.

@@ -183,13 +183,45 @@ function overviewPage() {
     <div class="page-head"><div><div class="eyebrow">Overview</div><h1>Jobs</h1>
       <div class="meta">Every job this server shows. Click one for its graph, rates, watermarks and checkpoints.</div></div></div>
     <section class="card" id="jobs-card"><div id="jobs-table"><p class="empty">Loading…</p></div></section>
+    <section class="card" id="tms-card" hidden><div class="card-head"><h2>Task managers</h2><span class="hint" id="tms-meta"></span></div><div id="tms-table"></div></section>
     <p class="footnote">REST API: <a href="/api/v1/jobs">/api/v1/jobs</a> · described by <a href="/api/v1/openapi.json">/api/v1/openapi.json</a>
       · Prometheus: <a href="/metrics">/metrics</a></p>`;
   startPolling(async () => {
     const list = await api("/jobs");
     const metrics = await Promise.all(list.jobs.map((j) => api(jobUrl(j.name) + "/metrics").catch(() => null)));
     renderJobList(list.jobs, metrics);
+    // A job manager answers /cluster; an embedded job does not (asked once, then never).
+    if (clusterMode !== false) {
+      try {
+        renderTaskManagers(await api("/cluster"));
+        clusterMode = true;
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) clusterMode = false; else throw e;
+      }
+    }
   });
+}
+
+let clusterMode;
+
+function renderTaskManagers(c) {
+  $("#tms-card").hidden = false;
+  const used = c.slots_total - c.slots_free;
+  const rows = c.task_managers.map((t) => {
+    const late = t.last_heartbeat_ms_ago > 2000;
+    return `<tr>
+      <td><strong>${esc(t.name)}</strong></td>
+      <td>${esc(t.location)}</td>
+      <td class="num">${t.slots - t.free_slots} / ${t.slots}</td>
+      <td>${t.executors.length ? t.executors.map(esc).join("<br>") : '<span class="muted">idle</span>'}</td>
+      <td class="num${late ? " warn" : ""}">${fmtInt(t.last_heartbeat_ms_ago)} ms ago</td>
+      <td>${fmtDateTime(t.registered_ms)}</td></tr>`;
+  }).join("");
+  $("#tms-meta").textContent = `${c.task_managers.length} task manager(s) · ${used} of ${c.slots_total} slots in use`
+    + ` · control port ${c.rpc_addr} · checkpoints in ${c.checkpoint_url}`;
+  $("#tms-table").innerHTML = (c.task_managers.length ? `<table id="task-managers"><thead><tr><th>Name</th><th>Location</th><th class="num">Slots used</th>
+      <th>Executors</th><th class="num">Last heartbeat</th><th>Registered</th></tr></thead><tbody>${rows}</tbody></table>`
+      : empty("No task manager", " Start one with caudal taskmanager --jobmanager URL."));
 }
 
 function renderJobList(jobs, metrics) {
