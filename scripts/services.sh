@@ -296,6 +296,7 @@ registry_launch() {
     -Dcaudal.stack="$STACK" \
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.banner.enabled=false -DLOG_LEVEL=WARN -DREGISTRY_LOG_LEVEL=WARN \
+    -Dregistry.ccompat.max-subjects=1000000 \
     -DREGISTRY_DATASOURCE_URL="jdbc:h2:file:$d/db/registry" \
     -Dquarkus.datasource.jdbc.initial-size=1 -Dquarkus.datasource.jdbc.min-size=1 \
     -Dquarkus.datasource.jdbc.max-size=16 \

@@ -6,7 +6,7 @@
 //! file is the I/O edge: channels to tasks and the checkpoint store.
 
 use crate::config::{CheckpointConfig, RestoreFrom};
-use crate::job::{now_ms, CheckpointStats, JobView};
+use crate::job::{now_ms, CheckpointStats, JobView, TaskCheckpointStats};
 use crate::runtime::executor::{RestoredState, RunningTask};
 use crate::runtime::task::{CheckpointAck, TaskCommand};
 use crate::types::{CheckpointBarrier, CheckpointId};
@@ -133,6 +133,10 @@ struct InFlight {
     sync: Duration,
     /// The slowest subtask's upload.
     upload: Duration,
+    /// The longest alignment.
+    alignment: Duration,
+    /// Per acknowledging task subtask.
+    tasks: Vec<TaskCheckpointStats>,
 }
 
 /// Drives checkpoints of one running job.
@@ -215,6 +219,13 @@ impl Coordinator {
             Ok(_) => {}
             Err(e) => eprintln!("caudal: could not remove half-written files of a killed run: {e}"),
         }
+        view.set_checkpoint_settings(crate::job::CheckpointSettings {
+            interval_ms: config.interval.map(|i| i.as_millis() as u64),
+            timeout_ms: config.timeout.as_millis() as u64,
+            min_pause_ms: config.min_pause.as_millis() as u64,
+            retained: config.retained,
+            storage: store.location(),
+        });
         view.set_checkpointing(true);
         Ok(Coordinator {
             store,
@@ -259,6 +270,8 @@ impl Coordinator {
             incremental_bytes: 0,
             sync_us: 0,
             upload_us: 0,
+            alignment_us: 0,
+            tasks: Vec::new(),
             failure: None,
         });
         self.in_flight = Some(InFlight {
@@ -268,6 +281,8 @@ impl Coordinator {
             uploaded: 0,
             sync: Duration::ZERO,
             upload: Duration::ZERO,
+            alignment: Duration::ZERO,
+            tasks: Vec::new(),
         });
     }
 
@@ -289,6 +304,8 @@ impl Coordinator {
                 incremental_bytes: 0,
                 sync_us: f.sync.as_micros() as u64,
                 upload_us: f.upload.as_micros() as u64,
+                alignment_us: f.alignment.as_micros() as u64,
+                tasks: f.tasks,
                 failure: Some(cause),
             });
             self.last_end = Instant::now();
@@ -302,6 +319,25 @@ impl Coordinator {
         }
         f.sync = f.sync.max(ack.stats.sync);
         f.upload = f.upload.max(ack.stats.upload);
+        f.alignment = f.alignment.max(ack.stats.alignment);
+        if let Ok(snapshots) = &ack.snapshots {
+            let name = |uid: &str| {
+                view.plan
+                    .operators
+                    .iter()
+                    .find(|o| o.uid == uid)
+                    .map_or_else(|| uid.to_string(), |o| o.name.clone())
+            };
+            f.tasks.push(TaskCheckpointStats {
+                operators: snapshots.iter().map(|(uid, _)| name(uid)).collect(),
+                subtask: ack.subtask,
+                alignment_us: ack.stats.alignment.as_micros() as u64,
+                sync_us: ack.stats.sync.as_micros() as u64,
+                upload_us: ack.stats.upload.as_micros() as u64,
+                state_bytes: ack.stats.state_bytes,
+                uploaded_bytes: ack.stats.uploaded_bytes,
+            });
+        }
         f.bytes += ack.stats.state_bytes;
         f.uploaded += ack.stats.uploaded_bytes;
         let snapshots = match ack.snapshots {
@@ -363,6 +399,8 @@ impl Coordinator {
             incremental_bytes: f.uploaded,
             sync_us: f.sync.as_micros() as u64,
             upload_us: f.upload.as_micros() as u64,
+            alignment_us: f.alignment.as_micros() as u64,
+            tasks: std::mem::take(&mut f.tasks),
             failure: None,
         });
         if let Some((_, name)) = self.savepoint.take_if(|(s, _)| *s == id) {

@@ -55,8 +55,46 @@ pub struct CheckpointStats {
     pub sync_us: u64,
     /// The slowest subtask's asynchronous part (upload of new files), microseconds.
     pub upload_us: u64,
+    /// The longest barrier alignment of a task with several inputs, microseconds.
+    pub alignment_us: u64,
+    /// Per task subtask that acknowledged: its operators and what its snapshot cost.
+    pub tasks: Vec<TaskCheckpointStats>,
     /// Why it failed, if it did.
     pub failure: Option<String>,
+}
+
+/// How a job checkpoints, as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointSettings {
+    /// Between two checkpoints, ms (`None`: only on demand and at the end).
+    pub interval_ms: Option<u64>,
+    /// A checkpoint not complete after this long fails, ms.
+    pub timeout_ms: u64,
+    /// At least this long between the end of one checkpoint and the next, ms.
+    pub min_pause_ms: u64,
+    /// Completed checkpoints kept.
+    pub retained: usize,
+    /// Where checkpoints are stored (`file:///…`, `s3://…`).
+    pub storage: String,
+}
+
+/// What one task subtask's part of a checkpoint cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskCheckpointStats {
+    /// The operators of the task (a chain), upstream first.
+    pub operators: Vec<String>,
+    /// The subtask.
+    pub subtask: u32,
+    /// First to last barrier at its inputs, microseconds (0 for a source or one input).
+    pub alignment_us: u64,
+    /// Synchronous snapshot part (records waited), microseconds.
+    pub sync_us: u64,
+    /// Asynchronous part (upload), microseconds.
+    pub upload_us: u64,
+    /// State referenced, bytes.
+    pub state_bytes: u64,
+    /// Bytes uploaded for this checkpoint.
+    pub uploaded_bytes: u64,
 }
 
 /// A savepoint asked for while the job runs (REST, `caudal savepoint`), and how it went.
@@ -113,6 +151,7 @@ pub struct JobView {
     stop: crate::StopHandle,
     /// The savepoint a stop asked for (copied from the final checkpoint).
     stop_savepoint: RwLock<Option<String>>,
+    checkpoint_settings: RwLock<Option<CheckpointSettings>>,
     /// The state browser's mailboxes of the job's keyed operator subtasks.
     pub(crate) state_queries: Arc<crate::state_query::StateQueries>,
 }
@@ -146,6 +185,7 @@ impl JobView {
             cancel,
             stop,
             stop_savepoint: RwLock::new(None),
+            checkpoint_settings: RwLock::new(None),
             state_queries: Arc::default(),
         }
     }
@@ -266,6 +306,15 @@ impl JobView {
         }
         self.stop.stop();
         Ok(())
+    }
+
+    /// How the job checkpoints (`None` until a coordinator runs it, or when it does not).
+    pub fn checkpoint_settings(&self) -> Option<CheckpointSettings> {
+        self.checkpoint_settings.read().clone()
+    }
+
+    pub(crate) fn set_checkpoint_settings(&self, settings: CheckpointSettings) {
+        *self.checkpoint_settings.write() = Some(settings);
     }
 
     /// The savepoint a stop asked for.

@@ -49,7 +49,9 @@ pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
-pub use job::{JobStatus, JobView, SavepointRefused, SavepointRequest};
+pub use job::{
+    CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
+};
 pub use operator::{Operator, OperatorContext, Sink};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,

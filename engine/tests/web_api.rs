@@ -308,6 +308,7 @@ fn every_endpoint_against_a_running_job() {
     assert_eq!(cp["checkpoints"], serde_json::json!([]));
     assert_eq!(cp["counts"]["completed"], 0);
     assert!(cp["latest_completed"].is_null());
+    assert!(cp["config"].is_null(), "no checkpoint settings: {cp}");
 
     // --- kafka: no Kafka source in this job (the values: jobs/tests/kafka_lag_api.rs)
     let k = c.ok(&format!("/api/v1/jobs/{JOB}/kafka"));

@@ -182,6 +182,36 @@ fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(savepoint["path"], "savepoints/mid-run");
+    // Its checkpoint in the history: per task subtask, the operators and what the snapshot
+    // cost; and the job's checkpoint settings.
+    let checkpoints: serde_json::Value = {
+        let url = format!("http://127.0.0.1:{port}/api/v1/jobs/temperature/checkpoints");
+        serde_json::from_str(&agent.get(&url).call().unwrap().body_mut().read_to_string().unwrap()).unwrap()
+    };
+    let config = &checkpoints["config"];
+    assert_eq!(config["interval_ms"], 60_000, "{checkpoints:#}");
+    assert_eq!(config["retained"], 3);
+    assert!(config["storage"].as_str().unwrap().starts_with("file://"), "{config}");
+    let taken = checkpoints["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == savepoint["checkpoint"])
+        .unwrap_or_else(|| panic!("no checkpoint {} in {checkpoints:#}", savepoint["checkpoint"]));
+    assert_eq!(taken["status"], "COMPLETED");
+    let tasks = taken["tasks"].as_array().unwrap();
+    let windows: Vec<_> = tasks
+        .iter()
+        .filter(|t| t["operators"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().contains("window")))
+        .collect();
+    assert_eq!(windows.len(), 2, "both window subtasks acknowledged: {taken:#}");
+    assert!(
+        windows.iter().all(|t| t["state_bytes"].as_u64() > Some(0) && t["alignment_us"].is_u64()),
+        "{taken:#}"
+    );
+    assert!(
+        taken["alignment_us"].as_u64() >= windows.iter().map(|t| t["alignment_us"].as_u64()).max().unwrap()
+    );
     assert!(d.ckpt.join("temperature/savepoints/mid-run/_metadata").exists());
     assert!(child.try_wait().unwrap().is_none(), "the job ended before the savepoint was taken");
     child.kill().unwrap();

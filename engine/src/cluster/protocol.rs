@@ -142,6 +142,7 @@ pub(crate) enum FromExecutor {
 /// What a subtask's snapshot cost (`runtime::task::AckStats` on the wire).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct WireAckStats {
+    pub(crate) alignment_us: u64,
     pub(crate) sync_us: u64,
     pub(crate) upload_us: u64,
     pub(crate) uploaded_bytes: u64,
@@ -151,6 +152,7 @@ pub(crate) struct WireAckStats {
 impl WireAckStats {
     pub(crate) fn of(s: &crate::runtime::task::AckStats) -> Self {
         WireAckStats {
+            alignment_us: s.alignment.as_micros() as u64,
             sync_us: s.sync.as_micros() as u64,
             upload_us: s.upload.as_micros() as u64,
             uploaded_bytes: s.uploaded_bytes,
@@ -160,6 +162,7 @@ impl WireAckStats {
 
     pub(crate) fn stats(&self) -> crate::runtime::task::AckStats {
         crate::runtime::task::AckStats {
+            alignment: Duration::from_micros(self.alignment_us),
             sync: Duration::from_micros(self.sync_us),
             upload: Duration::from_micros(self.upload_us),
             uploaded_bytes: self.uploaded_bytes,

@@ -42,6 +42,8 @@ pub(crate) struct CheckpointAck {
 /// What a subtask's snapshot cost.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct AckStats {
+    /// From the first barrier at the task's inputs to the last (0 for one input or a source).
+    pub(crate) alignment: Duration,
     /// The longest synchronous keyed-state snapshot part of the task's operators.
     pub(crate) sync: Duration,
     /// The asynchronous part (uploads) of the task.
@@ -71,13 +73,13 @@ pub(crate) struct TaskEnv {
 
 impl TaskEnv {
     /// Acks `checkpoint` now, or after the keyed-state uploads when there are any.
-    fn ack(&self, checkpoint: CheckpointId, snapshots: Vec<TakenSnapshot>) {
+    fn ack(&self, checkpoint: CheckpointId, snapshots: Vec<TakenSnapshot>, alignment: Duration) {
         crate::crash::point(crate::crash::AFTER_SNAPSHOT_BEFORE_ACK, checkpoint);
         let Some(acks) = &self.acks else { return };
         let subtask = self.subtask;
         match &self.uploads {
             Some(q) if snapshots.iter().any(|s| s.keyed.is_some()) => {
-                q.submit(UploadJob { checkpoint, subtask, snapshots, acks: acks.clone() })
+                q.submit(UploadJob { checkpoint, subtask, snapshots, alignment, acks: acks.clone() })
             }
             _ => {
                 let snapshots = snapshots
@@ -88,7 +90,7 @@ impl TaskEnv {
                         (s.uid, state)
                     })
                     .collect();
-                let stats = AckStats::default();
+                let stats = AckStats { alignment, ..AckStats::default() };
                 // The coordinator may be gone at shutdown; a lost ack only aborts that checkpoint.
                 let _ = acks.send(CheckpointAck { checkpoint, subtask, snapshots: Ok(snapshots), stats });
             }
@@ -194,7 +196,7 @@ impl<T: Data> SourceRunner<T> {
                 let position = self.reader.position()?;
                 let mut snapshots = vec![TakenSnapshot::operator(self.settings.uid.clone(), Some(position))];
                 self.fanout.each(|t| t.barrier(barrier, &mut snapshots))?;
-                env.ack(barrier.id, snapshots);
+                env.ack(barrier.id, snapshots, Duration::ZERO);
                 Ok(())
             }
             TaskCommand::CheckpointComplete(id) => {
@@ -329,6 +331,8 @@ pub(crate) struct InputGate {
     watermark: Timestamp,
     idle: bool,
     aligning: Option<(CheckpointBarrier, usize)>,
+    /// When the first barrier of the checkpoint being aligned arrived.
+    aligning_since: Instant,
 }
 
 impl InputGate {
@@ -343,7 +347,13 @@ impl InputGate {
                 blocked: false,
             })
             .collect();
-        InputGate { inputs, watermark: MIN_WATERMARK, idle: false, aligning: None }
+        InputGate {
+            inputs,
+            watermark: MIN_WATERMARK,
+            idle: false,
+            aligning: None,
+            aligning_since: Instant::now(),
+        }
     }
 
     /// Run `head` until every input ended (Ok) or the job is cancelled.
@@ -419,7 +429,10 @@ impl InputGate {
                 self.inputs[i].blocked = true;
                 let seen = match self.aligning {
                     Some((b, n)) if b.id == barrier.id => n + 1,
-                    _ => 1,
+                    _ => {
+                        self.aligning_since = Instant::now();
+                        1
+                    }
                 };
                 self.aligning = Some((barrier, seen));
                 self.maybe_complete_alignment(head, env)?;
@@ -451,7 +464,7 @@ impl InputGate {
         if seen >= live && blocked >= live {
             let mut snapshots = Vec::new();
             head.barrier(barrier, &mut snapshots)?;
-            env.ack(barrier.id, snapshots);
+            env.ack(barrier.id, snapshots, self.aligning_since.elapsed());
             self.aligning = None;
             for c in &mut self.inputs {
                 c.blocked = false;

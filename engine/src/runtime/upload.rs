@@ -24,6 +24,8 @@ pub(crate) struct UploadJob {
     pub(crate) checkpoint: CheckpointId,
     pub(crate) subtask: u32,
     pub(crate) snapshots: Vec<TakenSnapshot>,
+    /// The task's barrier alignment, reported with the ack.
+    pub(crate) alignment: std::time::Duration,
     pub(crate) acks: Sender<CheckpointAck>,
 }
 
@@ -74,7 +76,8 @@ impl Uploader {
 
 fn run(jobs: &Receiver<UploadJob>, store: &dyn CheckpointStore) {
     while let Ok(job) = jobs.recv() {
-        let ack = upload(job.checkpoint, job.subtask, job.snapshots, store);
+        let mut ack = upload(job.checkpoint, job.subtask, job.snapshots, store);
+        ack.stats.alignment = job.alignment;
         let _ = job.acks.send(ack);
     }
 }

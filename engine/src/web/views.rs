@@ -458,6 +458,8 @@ impl WatermarksView {
 #[derive(Debug, Serialize)]
 pub(crate) struct CheckpointsView {
     pub(crate) job: String,
+    /// How the job checkpoints; `None` when it does not.
+    pub(crate) config: Option<crate::job::CheckpointSettings>,
     pub(crate) counts: CheckpointCounts,
     pub(crate) latest_completed: Option<CheckpointStats>,
     pub(crate) checkpoints: Vec<CheckpointStats>,
@@ -483,7 +485,8 @@ impl CheckpointsView {
             }
         }
         let latest_completed = checkpoints.iter().rev().find(|c| c.status == "COMPLETED").cloned();
-        CheckpointsView { job: job.view.name.clone(), counts, latest_completed, checkpoints }
+        let config = job.view.checkpoint_settings();
+        CheckpointsView { job: job.view.name.clone(), config, counts, latest_completed, checkpoints }
     }
 }
 

@@ -595,7 +595,10 @@ function renderWatermarks(w) {
 }
 
 function renderCheckpoints(c) {
-  $("#checkpoint-counts").textContent = `${c.counts.completed} completed · ${c.counts.failed} failed · ${c.counts.in_progress} in progress`;
+  const dur = (ms) => ms < 1000 ? `${ms} ms` : fmtDuration(ms);
+  const cfg = c.config ? ` · every ${c.config.interval_ms ? dur(c.config.interval_ms) : "— (on demand)"}, timeout ${dur(c.config.timeout_ms)}, `
+    + `keeps ${c.config.retained} · ${c.config.storage}` : "";
+  $("#checkpoint-counts").textContent = `${c.counts.completed} completed · ${c.counts.failed} failed · ${c.counts.in_progress} in progress${cfg}`;
   if (!c.checkpoints.length) {
     $("#checkpoints-table").innerHTML = empty("No checkpoints yet", " Checkpoints this job takes appear here, newest first.");
     return;
@@ -603,13 +606,20 @@ function renderCheckpoints(c) {
   const rows = c.checkpoints.slice().reverse().map((k) => `<tr>
     <td class="num">${k.id}</td><td><span class="badge ${k.status === "COMPLETED" ? "FINISHED" : k.status === "FAILED" ? "FAILED" : "RUNNING"}">${esc(k.status)}</span></td>
     <td>${fmtClock(k.trigger_ms)}</td><td class="num">${fmtInt(k.duration_ms)} ms</td>
-    <td class="num">${fmtInt(Math.round((k.sync_us || 0) / 1000))} ms</td><td class="num">${fmtInt(Math.round((k.upload_us || 0) / 1000))} ms</td>
+    <td class="num" title="${esc(taskBreakdown(k))}">${fmtInt(Math.round((k.alignment_us || 0) / 1000))} ms</td>
+    <td class="num" title="${esc(taskBreakdown(k))}">${fmtInt(Math.round((k.sync_us || 0) / 1000))} ms</td><td class="num">${fmtInt(Math.round((k.upload_us || 0) / 1000))} ms</td>
     <td class="num">${fmtBytes(k.size_bytes)}</td><td class="num">${fmtBytes(k.incremental_bytes)}</td>
     <td>${k.failure ? `<span class="mono">${esc(k.failure)}</span>` : ""}</td></tr>`).join("");
   $("#checkpoints-table").innerHTML = `<table id="checkpoints"><thead><tr><th class="num">ID</th><th>Status</th><th>Triggered</th>
-    <th class="num">Duration</th><th class="num" title="Slowest subtask: time records waited at the barrier (write-through, RocksDB flush + checkpoint)">Sync</th>
+    <th class="num">Duration</th><th class="num" title="Longest barrier alignment of a task with several inputs (hover a cell: per task)">Alignment</th><th class="num" title="Slowest subtask: time records waited at the barrier (write-through, RocksDB flush + checkpoint)">Sync</th>
     <th class="num" title="Slowest subtask: upload of new files, off the task thread">Upload</th>
     <th class="num">Size</th><th class="num">Incremental</th><th>Failure</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** Per task subtask: alignment / sync / upload, for a cell's tooltip. */
+function taskBreakdown(k) {
+  return (k.tasks || []).map((t) => `${t.operators.join(" → ")} #${t.subtask}: align ${Math.round(t.alignment_us / 1000)} ms, `
+    + `sync ${Math.round(t.sync_us / 1000)} ms, upload ${Math.round(t.upload_us / 1000)} ms`).join("\n");
 }
 
 function renderFailures(failures) {
