@@ -95,6 +95,17 @@ impl RocksDbConfig {
         o.create_missing_column_families(true);
         o.set_max_background_jobs(self.max_background_jobs as i32);
         o.set_max_open_files(512);
+        // Write compaction and flush output to disk as it goes (1 MB at a time) rather than
+        // in one burst at the end of a file: a large compaction's final sync otherwise holds
+        // the disk while the barrier's memtable flush waits behind it.
+        o.set_bytes_per_sync(1 << 20);
+        // Compaction threads (the low-priority pool) yield CPU and disk to the task threads
+        // and to flushes (the high-priority pool, which a barrier waits for).
+        if let Ok(mut env) = rocksdb::Env::new() {
+            env.lower_thread_pool_cpu_priority();
+            env.lower_thread_pool_io_priority();
+            o.set_env(&env);
+        }
         o
     }
 
