@@ -549,6 +549,24 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     assert!(summary.as_str().unwrap().contains("every partition in sync"), "{summary}");
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
     browser.screenshot(&artifacts().join("kafka-lag.png"));
+    // Checkpoints: a bar per checkpoint in the duration chart, rows with their alignment, and
+    // the job's settings in the header.
+    let bars = browser.wait_for(
+        "checkpoint bars",
+        "const b = document.querySelectorAll('#checkpoint-chart rect.ckpt-bar');
+         const rows = document.querySelectorAll('#checkpoints tbody tr');
+         return b.length >= 1 && rows.length >= 1 ? [b.length, rows[0].children.length] : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        bars[1], 10,
+        "ID, status, triggered, duration, alignment, sync, upload, size, incremental, failure"
+    );
+    let settings = browser.eval("return document.querySelector('#checkpoint-counts').textContent;");
+    assert!(settings.as_str().unwrap().contains("file://"), "{settings}");
+    browser
+        .eval("window.scrollTo(0, document.querySelector('#checkpoints-card').offsetTop - 70); return null;");
+    browser.screenshot(&artifacts().join("checkpoints.png"));
 
     // Sink transactions: with the gate closed, new readings are pre-committed at the next
     // barrier and wait there (the gate holds the checkpoint open), listed with their age.

@@ -284,7 +284,7 @@ function jobPage(name) {
       <div id="watermarks-table"></div>
     </section>
     <div class="grid-2">
-      <section class="card" id="checkpoints-card"><div class="card-head"><h2>Checkpoints</h2><span class="hint" id="checkpoint-counts"></span></div><div id="checkpoints-table"></div></section>
+      <section class="card" id="checkpoints-card"><div class="card-head"><h2>Checkpoints</h2><span class="hint" id="checkpoint-counts"></span></div><svg id="checkpoint-chart" role="img" aria-label="Checkpoint durations"></svg><div id="checkpoints-table"></div></section>
       <section class="card" id="failures-card"><div class="card-head"><h2>Failures</h2></div><div id="failures"></div></section>
     </div>`;
 
@@ -599,10 +599,12 @@ function renderCheckpoints(c) {
   const cfg = c.config ? ` · every ${c.config.interval_ms ? dur(c.config.interval_ms) : "— (on demand)"}, timeout ${dur(c.config.timeout_ms)}, `
     + `keeps ${c.config.retained} · ${c.config.storage}` : "";
   $("#checkpoint-counts").textContent = `${c.counts.completed} completed · ${c.counts.failed} failed · ${c.counts.in_progress} in progress${cfg}`;
+  $("#checkpoint-chart").style.display = c.checkpoints.length ? "" : "none";
   if (!c.checkpoints.length) {
     $("#checkpoints-table").innerHTML = empty("No checkpoints yet", " Checkpoints this job takes appear here, newest first.");
     return;
   }
+  renderCheckpointChart(c.checkpoints);
   const rows = c.checkpoints.slice().reverse().map((k) => `<tr>
     <td class="num">${k.id}</td><td><span class="badge ${k.status === "COMPLETED" ? "FINISHED" : k.status === "FAILED" ? "FAILED" : "RUNNING"}">${esc(k.status)}</span></td>
     <td>${fmtClock(k.trigger_ms)}</td><td class="num">${fmtInt(k.duration_ms)} ms</td>
@@ -614,6 +616,35 @@ function renderCheckpoints(c) {
     <th class="num">Duration</th><th class="num" title="Longest barrier alignment of a task with several inputs (hover a cell: per task)">Alignment</th><th class="num" title="Slowest subtask: time records waited at the barrier (write-through, RocksDB flush + checkpoint)">Sync</th>
     <th class="num" title="Slowest subtask: upload of new files, off the task thread">Upload</th>
     <th class="num">Size</th><th class="num">Incremental</th><th>Failure</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** The last 60 checkpoints' durations as bars (sync part darker), failed ones in red. */
+function renderCheckpointChart(list) {
+  const svg = $("#checkpoint-chart");
+  const ks = list.slice(-60);
+  const W = Math.max(320, Math.round(svg.clientWidth || svg.parentNode.clientWidth || 600));
+  const H = 140, L = 52, R = 8, T = 10, B = 22;
+  const max = niceMax(Math.max(1, ...ks.map((k) => k.duration_ms)));
+  const sy = (v) => T + (1 - v / max) * (H - T - B);
+  const bw = (W - L - R) / Math.max(ks.length, 1);
+  let out = "";
+  for (let i = 0; i <= 2; i++) {
+    const v = (max * i) / 2, y = sy(v);
+    out += `<line class="grid" x1="${L}" x2="${W - R}" y1="${y}" y2="${y}"/><g class="axis"><text x="${L - 6}" y="${y + 4}" text-anchor="end">${fmtInt(v)} ms</text></g>`;
+  }
+  ks.forEach((k, i) => {
+    const x = L + i * bw + bw * 0.15, w = Math.max(1, bw * 0.7);
+    const colour = k.status === "FAILED" ? "#dc2626" : k.status === "COMPLETED" ? "#38bdf8" : "#94a3b8";
+    const sync = Math.min(k.duration_ms, (k.sync_us || 0) / 1000);
+    out += `<rect class="ckpt-bar" data-id="${k.id}" x="${x.toFixed(1)}" y="${sy(k.duration_ms).toFixed(1)}" width="${w.toFixed(1)}" height="${(sy(0) - sy(k.duration_ms)).toFixed(1)}" fill="${colour}"><title>#${k.id} ${esc(k.status)}: ${fmtInt(k.duration_ms)} ms (sync ${fmtInt(Math.round(sync))} ms)</title></rect>`;
+    if (sync > 0) out += `<rect x="${x.toFixed(1)}" y="${sy(sync).toFixed(1)}" width="${w.toFixed(1)}" height="${(sy(0) - sy(sync)).toFixed(1)}" fill="#1e3a8a" opacity=".6"/>`;
+  });
+  if (ks.length) {
+    out += `<g class="axis"><text x="${L}" y="${H - 6}">#${ks[0].id}</text><text x="${W - R}" y="${H - 6}" text-anchor="end">#${ks[ks.length - 1].id}</text></g>`;
+  }
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("height", H);
+  svg.innerHTML = out;
 }
 
 /** Per task subtask: alignment / sync / upload, for a cell's tooltip. */
