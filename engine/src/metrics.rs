@@ -48,6 +48,9 @@ pub mod kafka_gauges {
     /// Broker health: how many of them are in sync (-1: unknown); fewer than
     /// [`REPLICAS`] means under-replicated.
     pub const IN_SYNC_REPLICAS: &str = "in_sync_replicas";
+    /// The partition's watermark in the source (its split's bounded-out-of-orderness
+    /// watermark, ms since the epoch); negative before its first record.
+    pub const WATERMARK: &str = "watermark";
 
     /// The gauge name of `what` for partition `partition` of `topic`.
     pub fn name(topic: &str, partition: i32, what: &str) -> String {

@@ -251,8 +251,12 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
         })
     });
     assert_eq!(v["sources"][0]["lag"], 0, "{v}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     for (p, want) in partitions(&v).iter().zip(RECORDS) {
         assert_eq!(p["end_offset"], want, "{p}");
+        // Its watermark in the source: the latest record timestamp (produce time) - 1 ms.
+        let wm = p["watermark"].as_i64().unwrap_or_else(|| panic!("no watermark: {p}"));
+        assert!(now - 600_000 < wm && wm < now, "watermark {wm} vs now {now}: {p}");
         let history: Vec<i64> =
             p["lag_history"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
         assert!(history.contains(&want), "the history keeps the lag before the checkpoint: {p}");

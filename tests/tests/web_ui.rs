@@ -518,6 +518,13 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     let want: Vec<Value> =
         records.iter().enumerate().map(|(p, n)| json!([p.to_string(), n.to_string(), "0"])).collect();
     assert_eq!(rows, Value::Array(want));
+    // Each partition's watermark in the source (record timestamps here).
+    browser.wait_for(
+        "a watermark per partition",
+        "const w = Array.from(document.querySelectorAll('#kafka td.kafka-wm'));
+         return w.length === 2 && w.every(c => c.textContent !== '—' && c.textContent !== '');",
+        Duration::from_secs(20),
+    );
     // The chart: a line per partition once the sampler has a few points.
     let lines = browser.wait_for(
         "a lag line per partition",

@@ -168,6 +168,18 @@ impl SplitWatermarks {
         }
     }
 
+    /// Split `split`'s own watermark (`None` before its first record).
+    pub(crate) fn split(&self, split: usize) -> Option<Timestamp> {
+        let s = self.splits.get(split)?;
+        if s.finished {
+            Some(MAX_WATERMARK)
+        } else if s.max_ts == MIN_WATERMARK {
+            None
+        } else {
+            Some(s.max_ts - self.delay_ms - 1)
+        }
+    }
+
     /// The subtask watermark: `Some(wm)` over the active splits, `None` when all are idle.
     pub(crate) fn current(&self, now: Instant) -> Option<Timestamp> {
         let mut wm = MAX_WATERMARK;
@@ -236,6 +248,12 @@ impl<T> SourceOutput<'_, T> {
     /// Mark split `split` finished: it no longer holds the watermark back.
     pub fn finish_split(&mut self, split: usize) {
         self.clocks.finish(split);
+    }
+
+    /// The watermark of split `split` so far (`None` before its first record), for sources
+    /// that show per-split progress (e.g. per Kafka partition).
+    pub fn split_watermark(&self, split: usize) -> Option<Timestamp> {
+        self.clocks.split(split)
     }
 
     /// How many more records fit into this poll's batch.

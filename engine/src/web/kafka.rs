@@ -73,6 +73,8 @@ pub(crate) struct PartitionLag {
     pub(crate) end_offset: Option<i64>,
     pub(crate) checkpointed_offset: Option<i64>,
     pub(crate) lag: Option<i64>,
+    /// The partition's watermark in the source, ms since the epoch (`null` before a record).
+    pub(crate) watermark: Option<i64>,
     /// Replicas and in-sync replicas (see `health`).
     pub(crate) replicas: Option<i64>,
     pub(crate) in_sync_replicas: Option<i64>,
@@ -129,6 +131,7 @@ impl KafkaView {
                         end_offset: gauge(&topic, p, kafka_gauges::END_OFFSET),
                         checkpointed_offset: gauge(&topic, p, kafka_gauges::CHECKPOINTED_OFFSET),
                         lag: gauge(&topic, p, kafka_gauges::LAG),
+                        watermark: gauge(&topic, p, kafka_gauges::WATERMARK),
                         replicas: gauge(&topic, p, kafka_gauges::REPLICAS),
                         in_sync_replicas: gauge(&topic, p, kafka_gauges::IN_SYNC_REPLICAS),
                         lag_history: histories.remove(&(op.id, topic.clone(), p)).unwrap_or_default(),

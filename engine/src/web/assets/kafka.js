@@ -51,11 +51,12 @@ function renderKafka(kafka) {
       <td>${esc(s.source)}</td><td class="mono">${esc(s.topic)}</td><td class="num">${s.partition}</td>
       <td class="num">${fmtInt(s.p.end_offset)}</td><td class="num">${fmtInt(s.p.checkpointed_offset)}</td>
       <td class="num kafka-lag">${s.p.lag == null ? `<span class="muted">—</span>` :
-        `<span class="bar"><i style="width:${Math.round((100 * s.p.lag) / maxLag)}%;background:${s.colour}"></i></span>${fmtInt(s.p.lag)}`}</td></tr>`).join("");
+        `<span class="bar"><i style="width:${Math.round((100 * s.p.lag) / maxLag)}%;background:${s.colour}"></i></span>${fmtInt(s.p.lag)}`}</td>
+      <td class="mono kafka-wm">${s.p.watermark == null ? `<span class="muted">—</span>` : esc(fmtWatermark(s.p.watermark, "ACTIVE"))}</td></tr>`).join("");
   const total = kafka.sources.reduce((a, s) => (s.lag == null ? a : (a || 0) + s.lag), null);
   $("#kafka-table").innerHTML = `<table id="kafka"><thead><tr><th>Source</th><th>Topic</th><th class="num">Partition</th>
-    <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th></tr></thead><tbody>${rows}</tbody>
-    <tfoot><tr><td colspan="5">Total</td><td class="num" id="kafka-total">${fmtInt(total)}</td></tr></tfoot></table>`;
+    <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th><th title="The partition's watermark in the source">Watermark</th></tr></thead><tbody>${rows}</tbody>
+    <tfoot><tr><td colspan="5">Total</td><td class="num" id="kafka-total">${fmtInt(total)}</td><td></td></tr></tfoot></table>`;
 }
 
 function renderKafkaChart(kafka, series) {

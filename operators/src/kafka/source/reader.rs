@@ -28,6 +28,7 @@ struct PartitionGauges {
     end_offset: Arc<AtomicI64>,
     checkpointed: Arc<AtomicI64>,
     lag: Arc<AtomicI64>,
+    watermark: Arc<AtomicI64>,
 }
 
 impl PartitionGauges {
@@ -229,7 +230,9 @@ impl<T> KafkaSourceReader<T> {
                 end_offset: gauge(kafka_gauges::END_OFFSET),
                 checkpointed: gauge(kafka_gauges::CHECKPOINTED_OFFSET),
                 lag: gauge(kafka_gauges::LAG),
+                watermark: gauge(kafka_gauges::WATERMARK),
             };
+            gauges.watermark.store(-1, Ordering::Relaxed);
             // Unknown until the first statistics / the first checkpoint (or the restored one).
             gauges.end_offset.store(-1, Ordering::Relaxed);
             gauges.lag.store(-1, Ordering::Relaxed);
@@ -407,6 +410,12 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
         }
         if read > 0 {
+            // Per-partition watermarks for the UI: a few stores per poll, not per record.
+            for (i, p) in self.partitions.iter().enumerate() {
+                if let Some(wm) = out.split_watermark(i).filter(|w| *w != caudal::types::MAX_WATERMARK) {
+                    p.gauges.watermark.store(wm, Ordering::Relaxed);
+                }
+            }
             Ok(SourcePoll::Ready)
         } else if self.bounded && self.partitions.iter().all(|p| p.finished) {
             Ok(SourcePoll::Finished)
