@@ -4,9 +4,63 @@
 //! the aggregate that keeps the latest payload of a key (one window per key holds it).
 
 use caudal::{Result as CaudalResult, Source, SourceContext, SourceOutput, SourcePoll, SourceReader};
-use caudal_operators::window::AggregateFunction;
+use caudal::{StreamEnv, WatermarkStrategy};
+use caudal_operators::sinks::DiscardSink;
+use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// (key, payload)
+/// The state's shape and update rate, as flags of the runners.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateShape {
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Bytes of state per key.
+    #[arg(long, default_value_t = 1000)]
+    pub value_bytes: usize,
+    /// Fraction of the keys updated per checkpoint interval after the load.
+    #[arg(long, default_value_t = 0.01)]
+    pub update_fraction: f64,
+    /// Seconds between checkpoints.
+    #[arg(long, default_value_t = 2.0)]
+    pub checkpoint_interval: f64,
+}
+
+impl StateShape {
+    /// The checkpoint interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs_f64(self.checkpoint_interval)
+    }
+
+    /// The source of this shape, ending after `total` records (`u64::MAX`: never).
+    pub fn source(&self, total: u64) -> LoadThenUpdate {
+        LoadThenUpdate {
+            keys: self.keys,
+            value_bytes: self.value_bytes.max(8),
+            updates_per_sec: self.keys as f64 * self.update_fraction / self.checkpoint_interval,
+            total,
+        }
+    }
+}
+
+/// `source` (one subtask) → key by key → one day-long window per key keeping the latest
+/// payload (the operator `state`) → discard. One event-time instant: nothing fires before
+/// the end of input, so the state only grows to the load.
+pub fn add_pipeline(env: &StreamEnv, source: LoadThenUpdate) {
+    env.source(
+        "load-then-update",
+        source,
+        WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |_| 0),
+    )
+    .parallelism(1)
+    .key_by(|e: &Entry| e.0)
+    .window(WindowAssigner::tumbling(Duration::from_secs(86_400)))
+    .name("state")
+    .aggregate(Latest)
+    .sink("discard", |_| Ok(DiscardSink::default()));
+}
 
 /// (key, payload)
 pub type Entry = (u64, Vec<u8>);

@@ -160,7 +160,7 @@ pub(crate) struct Coordinator {
     /// Savepoints being copied out of their checkpoint (retention waits for them).
     copies: Vec<std::thread::JoinHandle<()>>,
     /// The job's view: savepoint requests arrive through it, and it says whether they can.
-    view: Option<Arc<JobView>>,
+    view: Arc<JobView>,
 }
 
 impl Drop for Coordinator {
@@ -169,9 +169,7 @@ impl Drop for Coordinator {
         for copy in self.copies.drain(..) {
             let _ = copy.join();
         }
-        if let Some(view) = &self.view {
-            view.set_checkpointing(false);
-        }
+        self.view.set_checkpointing(false);
     }
 }
 
@@ -242,7 +240,7 @@ impl Coordinator {
             final_checkpoint: None,
             savepoint: None,
             copies: Vec::new(),
-            view: Some(view),
+            view,
         })
     }
 

@@ -11,30 +11,18 @@
 
 use anyhow::Context;
 use caudal::metrics::names;
-use caudal::{JobConfig, RestoreFrom, StreamEnv, WatermarkStrategy};
-use caudal_benches::big_state::{Entry, Latest, LoadThenUpdate, LOADED_AT};
-use caudal_operators::sinks::DiscardSink;
-use caudal_operators::window::{KeyedWindowExt, WindowAssigner};
+use caudal::{JobConfig, RestoreFrom, StreamEnv};
+use caudal_benches::big_state::{add_pipeline, StateShape, LOADED_AT};
 use clap::Parser;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(Debug, Clone, Parser)]
 #[command(about = "Checkpoint and restore of a large keyed state through the engine")]
 struct Args {
-    /// Distinct keys.
-    #[arg(long, default_value_t = 1_000_000)]
-    keys: u64,
-    /// Bytes of state per key.
-    #[arg(long, default_value_t = 1000)]
-    value_bytes: usize,
-    /// Fraction of the keys updated between two checkpoints after the load.
-    #[arg(long, default_value_t = 0.01)]
-    update_fraction: f64,
-    /// Seconds between checkpoints.
-    #[arg(long, default_value_t = 2.0)]
-    checkpoint_interval: f64,
+    #[command(flatten)]
+    shape: StateShape,
     /// Checkpoints to take after the load.
     #[arg(long, default_value_t = 20)]
     checkpoints: u64,
@@ -53,28 +41,12 @@ fn run(
     total: u64,
 ) -> anyhow::Result<caudal::JobResult> {
     let mut config = JobConfig { parallelism: 1, handle_signals: false, ..JobConfig::default() };
-    config.checkpoints.interval = Some(Duration::from_secs_f64(args.checkpoint_interval));
+    config.checkpoints.interval = Some(args.shape.interval());
     config.checkpoints.storage.url = dir.to_string();
     config.checkpoints.retained = 3;
     config.checkpoints.restore = restore;
     let env = StreamEnv::with_config(config);
-    let source = LoadThenUpdate {
-        keys: args.keys,
-        value_bytes: args.value_bytes.max(8),
-        updates_per_sec: args.keys as f64 * args.update_fraction / args.checkpoint_interval,
-        total,
-    };
-    // One event-time instant, one day-long window: nothing fires before the end of input.
-    env.source(
-        "load-then-update",
-        source,
-        WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |_| 0),
-    )
-    .key_by(|e: &Entry| e.0)
-    .window(WindowAssigner::tumbling(Duration::from_secs(86_400)))
-    .name("state")
-    .aggregate(Latest)
-    .sink("discard", |_| Ok(DiscardSink::default()));
+    add_pipeline(&env, args.shape.source(total));
     Ok(env.execute("state-checkpoint")?)
 }
 
@@ -89,8 +61,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// Restores checkpoint `id` and prints how long it took, and how long the timers took.
 fn restore(args: &Args, url: &str, id: u64, size_mb: f64) -> anyhow::Result<()> {
     let started = Instant::now();
-    let restored =
-        run(args, url, Some(RestoreFrom::Path(format!("chk-{id}"))), args.keys).context("restore run")?;
+    let restored = run(args, url, Some(RestoreFrom::Path(format!("chk-{id}"))), args.shape.keys)
+        .context("restore run")?;
     let counter = |name| restored.operator("state").and_then(|o| o.counters.get(name).copied()).unwrap_or(0);
     println!(
         "restore of chk-{id} ({size_mb:.0} MB): {} ms (download, verify, open: {} ms; timer rebuild: {} ms); \
@@ -114,13 +86,14 @@ fn main() -> anyhow::Result<()> {
     if let Some(id) = args.restore_only {
         return restore(&args, &url, id, 0.0);
     }
-    let updates = (args.keys as f64 * args.update_fraction) as u64 * args.checkpoints;
-    let total = args.keys + updates;
+    let shape = &args.shape;
+    let updates = (shape.keys as f64 * shape.update_fraction) as u64 * args.checkpoints;
+    let total = shape.keys + updates;
     eprintln!(
         "loading {} keys x {} B = {:.0} MB, then {} updates over ~{} checkpoints",
-        args.keys,
-        args.value_bytes,
-        (args.keys as f64 * args.value_bytes as f64) / 1e6,
+        shape.keys,
+        shape.value_bytes,
+        (shape.keys as f64 * shape.value_bytes as f64) / 1e6,
         updates,
         args.checkpoints
     );
