@@ -214,6 +214,13 @@ pub struct SubtaskMetrics {
     pub records_in: AtomicU64,
     /// Records out of the operator.
     pub records_out: AtomicU64,
+    /// Serialized bytes into the operator: from an external system (a Kafka source: keys and
+    /// values as read) or over the network (cluster mode: batches from another process).
+    /// Records passed within a process are never serialized and count no bytes (as in Flink).
+    pub bytes_in: AtomicU64,
+    /// Serialized bytes out of the operator: to an external system (a Kafka sink: keys and
+    /// values as written) or over the network to another process.
+    pub bytes_out: AtomicU64,
     /// The operator's current input watermark.
     pub watermark: AtomicI64,
     /// Nanoseconds spent processing.
@@ -230,6 +237,8 @@ impl Default for SubtaskMetrics {
         SubtaskMetrics {
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
             watermark: AtomicI64::new(MIN_WATERMARK),
             busy_ns: AtomicU64::new(0),
             backpressured_ns: AtomicU64::new(0),
@@ -300,6 +309,16 @@ impl SubtaskMetrics {
         self.records_out.fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// Count `n` serialized bytes read (once per batch or poll, never per record).
+    pub fn add_bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Count `n` serialized bytes written (once per batch, never per record).
+    pub fn add_bytes_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_watermark(&self, wm: Timestamp) {
         self.watermark.store(wm, Ordering::Relaxed);
     }
@@ -332,6 +351,10 @@ pub struct OperatorSnapshot {
     pub records_in: u64,
     /// Records out, over all subtasks.
     pub records_out: u64,
+    /// Serialized bytes in, over all subtasks (see [`SubtaskMetrics::bytes_in`]).
+    pub bytes_in: u64,
+    /// Serialized bytes out, over all subtasks (see [`SubtaskMetrics::bytes_out`]).
+    pub bytes_out: u64,
     /// The minimum watermark over subtasks.
     pub watermark: Timestamp,
     /// Per subtask: records in, records out, watermark.
@@ -351,6 +374,10 @@ pub struct SubtaskSnapshot {
     pub records_in: u64,
     /// Records out.
     pub records_out: u64,
+    /// Serialized bytes in.
+    pub bytes_in: u64,
+    /// Serialized bytes out.
+    pub bytes_out: u64,
     /// Input watermark.
     pub watermark: Timestamp,
     /// Nanoseconds busy.
@@ -397,6 +424,8 @@ impl MetricsRegistry {
                     .map(|s| SubtaskSnapshot {
                         records_in: s.records_in.load(Ordering::Relaxed),
                         records_out: s.records_out.load(Ordering::Relaxed),
+                        bytes_in: s.bytes_in.load(Ordering::Relaxed),
+                        bytes_out: s.bytes_out.load(Ordering::Relaxed),
                         watermark: s.watermark.load(Ordering::Relaxed),
                         busy_ns: s.busy_ns.load(Ordering::Relaxed),
                         backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
@@ -430,6 +459,8 @@ impl MetricsRegistry {
                     kind: op.kind,
                     records_in: subtasks.iter().map(|s| s.records_in).sum(),
                     records_out: subtasks.iter().map(|s| s.records_out).sum(),
+                    bytes_in: subtasks.iter().map(|s| s.bytes_in).sum(),
+                    bytes_out: subtasks.iter().map(|s| s.bytes_out).sum(),
                     watermark: subtasks.iter().map(|s| s.watermark).min().unwrap_or(MIN_WATERMARK),
                     subtasks,
                     counters,

@@ -126,6 +126,17 @@ fn a_killed_task_manager_is_recovered_from_and_the_output_equals_the_clean_run()
     let sink =
         metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "readings-sink").unwrap();
     assert!(sink["records_in"].as_u64().unwrap() > 0, "{sink:#} {done:#}{}", c.logs());
+    // Bytes over the network: the key_by shuffle crosses processes, so the operator before
+    // it sent serialized batches and the one after it received them; the file sinks' input
+    // stays within a process (no bytes).
+    let detail = c.get("/api/v1/jobs/temperature").unwrap();
+    let ops = metrics["operators"].as_array().unwrap();
+    let by_id = |id: &Value| ops.iter().find(|o| o["id"] == *id).unwrap();
+    let hash = detail["edges"].as_array().unwrap().iter().find(|e| e["partitioning"] == "hash").unwrap();
+    let (before, after) = (by_id(&hash["from"]), by_id(&hash["to"]));
+    assert!(before["bytes_out"].as_u64().unwrap() > 0, "{before:#}");
+    assert!(after["bytes_in"].as_u64().unwrap() > 0, "{after:#}");
+    assert_eq!(sink["bytes_in"], 0, "{sink:#}");
     // Latency markers too: the executors' latency summaries are mirrored.
     let max = sink["latency"]["max_us"].as_u64();
     assert!(max.is_some_and(|m| m > 0), "no latency mirrored: {sink:#}");

@@ -261,9 +261,33 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
             p["lag_history"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
         assert!(history.contains(&want), "the history keeps the lag before the checkpoint: {p}");
     }
+    // Bytes in: exactly the keys and values read from the topic; the shuffle within the
+    // process serializes nothing, so no other operator counts bytes.
+    let read: usize =
+        RECORDS.iter().map(|n| records(*n).iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()).sum();
+    let m = api.json(&format!("/api/v1/jobs/{JOB}/metrics")).unwrap();
+    let ops = m["operators"].as_array().unwrap();
+    assert_eq!(ops[0]["name"], "lag-source", "{m}");
+    assert_eq!(ops[0]["bytes_in"], read as u64, "{m}");
+    let per_subtask: u64 =
+        ops[0]["subtasks"].as_array().unwrap().iter().map(|s| s["bytes_in"].as_u64().unwrap()).sum();
+    assert_eq!(per_subtask, read as u64, "{m}");
+    for op in ops {
+        assert_eq!(op["bytes_out"], 0, "{op}");
+        if op["name"] != "lag-source" {
+            assert_eq!(op["bytes_in"], 0, "{op}");
+        }
+    }
     let (_, text) = api.get("/metrics").unwrap();
     let labels =
         format!("job=\"{JOB}\",operator=\"lag-source\",operator_id=\"0\",topic=\"{topic}\",partition=\"2\"");
+    let prefix = format!("caudal_operator_bytes_in_total{{job=\"{JOB}\",operator=\"lag-source\",");
+    let bytes: u64 = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(bytes, read as u64, "{text}");
     for line in [
         format!("caudal_kafka_partition_lag{{{labels}}} 0"),
         format!("caudal_kafka_partition_checkpointed_offset{{{labels}}} {}", RECORDS[2]),

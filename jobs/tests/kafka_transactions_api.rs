@@ -228,6 +228,12 @@ fn pending_and_open_sink_transactions_are_listed_until_committed() {
     until(&agent, &url, "every transaction committed", |t| t.is_empty());
     let committed = read_committed(&stack, &topic);
     assert_eq!(committed.len() as u64, PHASE_1 + PHASE_2);
+    // The sink's bytes out: exactly the keys and values now in the topic.
+    let written: usize = committed.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let metrics = get(&agent, &format!("http://{addr}/api/v1/jobs/kafka-txn-api/metrics")).unwrap();
+    let sink = metrics["operators"].as_array().unwrap().iter().find(|o| o["name"] == "kafka-out").unwrap();
+    assert_eq!(sink["bytes_out"], written as u64, "{sink}");
+    assert_eq!(sink["bytes_in"], 0, "records reach the sink unserialized: {sink}");
 
     // Unknown job: 404; unknown parameter: 400 naming it.
     let r = agent.get(format!("http://{addr}/api/v1/jobs/nope/transactions")).call().unwrap();

@@ -518,6 +518,19 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     let want: Vec<Value> =
         records.iter().enumerate().map(|(p, n)| json!([p.to_string(), n.to_string(), "0"])).collect();
     assert_eq!(rows, Value::Array(want));
+    // Bytes in the operators table: the source's are the values it read (keys are empty),
+    // the Kafka sink's bytes out are positive, an in-process sink serializes nothing.
+    let read: usize =
+        records.iter().map(|n| (0..*n).map(|i| format!("{{\"n\":{i}}}").len()).sum::<usize>()).sum();
+    let bytes = browser.wait_for(
+        "bytes in and out in the operators table",
+        "const cell = (op, c) => document.querySelector(`#operators tr[data-operator=\"${op}\"] td.${c}`);
+         const r = cell('readings', 'bytes-in'), k = cell('kafka-out', 'bytes-out'), d = cell('discard', 'bytes-in');
+         return r && k && d && Number(k.dataset.bytes) > 0
+           ? [Number(r.dataset.bytes), r.textContent.includes('B'), d.textContent] : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(bytes, json!([read, true, "—"]));
     // Each partition's watermark in the source (record timestamps here).
     browser.wait_for(
         "a watermark per partition",

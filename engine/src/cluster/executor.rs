@@ -303,6 +303,8 @@ fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounte
                 subtask: i as u32,
                 records_in: s.records_in,
                 records_out: s.records_out,
+                bytes_in: s.bytes_in,
+                bytes_out: s.bytes_out,
                 watermark: s.watermark,
                 busy_ns: s.busy_ns,
                 backpressured_ns: s.backpressured_ns,

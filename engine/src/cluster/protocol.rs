@@ -178,6 +178,8 @@ pub(crate) struct SubtaskCounters {
     pub(crate) subtask: u32,
     pub(crate) records_in: u64,
     pub(crate) records_out: u64,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
     pub(crate) watermark: i64,
     pub(crate) busy_ns: u64,
     pub(crate) backpressured_ns: u64,

@@ -16,6 +16,7 @@
 
 use super::codec::BatchCodec;
 use super::protocol::{read_frame, write_frame, write_frame_unflushed, Peer};
+use crate::metrics::SubtaskMetrics;
 use crate::runtime::exchange::ChannelMessage;
 use crate::runtime::executor::JobControl;
 use crate::types::{CheckpointBarrier, LatencyMarker, StreamMessage, Timestamp};
@@ -51,11 +52,16 @@ impl ChannelKey {
 #[derive(Debug, Default)]
 pub(crate) struct RemoteChannels {
     local: BTreeSet<u32>,
-    /// Local upstream, remote consumer: read here, send over the network.
-    outbound: Vec<(ChannelKey, Receiver<ChannelMessage>, BatchCodec)>,
-    /// Remote upstream, local consumer: received from the network, pushed here.
-    inbound: Vec<(ChannelKey, Sender<ChannelMessage>, BatchCodec)>,
+    /// Local upstream, remote consumer: read here, send over the network (the bytes sent
+    /// count as the upstream operator subtask's bytes out).
+    outbound: Vec<Outbound>,
+    /// Remote upstream, local consumer: received from the network, pushed here (the bytes
+    /// received count as the consuming operator subtask's bytes in).
+    inbound: Vec<(ChannelKey, Sender<ChannelMessage>, BatchCodec, Arc<SubtaskMetrics>)>,
 }
+
+/// One channel this process sends over the network.
+type Outbound = (ChannelKey, Receiver<ChannelMessage>, BatchCodec, Arc<SubtaskMetrics>);
 
 impl RemoteChannels {
     /// Subtask index `i` of every task runs in slot `i`; this process has `local_slots`.
@@ -68,17 +74,19 @@ impl RemoteChannels {
         self.local.contains(&subtask)
     }
 
-    /// Called for every channel: keeps the end this process must bridge, if any.
+    /// Called for every channel: keeps the end this process must bridge, if any, with the
+    /// counters of the operator subtask on this side (`sender` upstream, `receiver` downstream).
     pub(crate) fn register(
         &mut self,
         key: ChannelKey,
-        tx: &Sender<ChannelMessage>,
-        rx: &Receiver<ChannelMessage>,
+        (tx, rx): (&Sender<ChannelMessage>, &Receiver<ChannelMessage>),
         codec: BatchCodec,
+        sender: &Arc<SubtaskMetrics>,
+        receiver: &Arc<SubtaskMetrics>,
     ) {
         match (self.is_local(key.from), self.is_local(key.to)) {
-            (true, false) => self.outbound.push((key, rx.clone(), codec)),
-            (false, true) => self.inbound.push((key, tx.clone(), codec)),
+            (true, false) => self.outbound.push((key, rx.clone(), codec, sender.clone())),
+            (false, true) => self.inbound.push((key, tx.clone(), codec, receiver.clone())),
             _ => {}
         }
     }
@@ -140,12 +148,12 @@ pub(crate) fn start(
 ) -> Result<Vec<std::thread::JoinHandle<()>>> {
     let RemoteChannels { outbound, inbound, .. } = channels;
     let mut senders = Vec::new();
-    let mut by_peer: HashMap<usize, Vec<(ChannelKey, Receiver<ChannelMessage>, BatchCodec)>> = HashMap::new();
-    for (key, rx, codec) in outbound {
+    let mut by_peer: HashMap<usize, Vec<Outbound>> = HashMap::new();
+    for (key, rx, codec, metrics) in outbound {
         let peer = peers.iter().position(|p| p.slots.contains(&key.to)).ok_or_else(|| {
             Error::Cluster(format!("internal: no executor runs subtask {} of node {}", key.to, key.node))
         })?;
-        by_peer.entry(peer).or_default().push((key, rx, codec));
+        by_peer.entry(peer).or_default().push((key, rx, codec, metrics));
     }
     for (peer, chans) in by_peer {
         let addr = peers[peer].addr.clone();
@@ -163,12 +171,13 @@ pub(crate) fn start(
     let inbound: Arc<HashMap<ChannelKey, Inbound>> = Arc::new(
         inbound
             .into_iter()
-            .map(|(key, tx, codec)| {
+            .map(|(key, tx, codec, metrics)| {
                 (
                     key,
                     Inbound {
                         tx,
                         codec,
+                        metrics,
                         outstanding: AtomicI64::new(capacity as i64),
                         ended: AtomicBool::new(false),
                     },
@@ -210,13 +219,7 @@ fn connect(addr: &str, control: &JobControl) -> Result<TcpStream> {
     }
 }
 
-fn send_loop(
-    addr: &str,
-    me: u32,
-    chans: Vec<(ChannelKey, Receiver<ChannelMessage>, BatchCodec)>,
-    capacity: i64,
-    control: &JobControl,
-) -> Result<()> {
+fn send_loop(addr: &str, me: u32, chans: Vec<Outbound>, capacity: i64, control: &JobControl) -> Result<()> {
     let stream = connect(addr, control)?;
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().map_err(|e| Error::io("cloning a data socket", e))?);
@@ -233,7 +236,7 @@ fn send_loop(
             }
         })
         .map_err(|e| Error::io("spawning a credit reader", e))?;
-    let index: HashMap<ChannelKey, usize> = chans.iter().enumerate().map(|(i, (k, _, _))| (*k, i)).collect();
+    let index: HashMap<ChannelKey, usize> = chans.iter().enumerate().map(|(i, (k, ..))| (*k, i)).collect();
     let mut credits = vec![capacity; chans.len()];
     let mut ended = vec![false; chans.len()];
     while ended.iter().any(|e| !e) {
@@ -242,7 +245,7 @@ fn send_loop(
         }
         let mut sel = Select::new();
         let mut ids = Vec::new();
-        for (c, (_, rx, _)) in chans.iter().enumerate() {
+        for (c, (_, rx, ..)) in chans.iter().enumerate() {
             if !ended[c] && credits[c] > 0 {
                 sel.recv(rx);
                 ids.push(c);
@@ -270,7 +273,7 @@ fn send_loop(
             continue;
         }
         let c = ids[op.index()];
-        let (key, rx, codec) = &chans[c];
+        let (key, rx, codec, metrics) = &chans[c];
         let msg = match op.recv(rx) {
             Ok(m) => m,
             Err(_) => {
@@ -280,7 +283,11 @@ fn send_loop(
         };
         credits[c] -= 1;
         let frame = match msg {
-            StreamMessage::Data(batch) => Wire::Data { key: *key, batch: (codec.encode)(batch)? },
+            StreamMessage::Data(batch) => {
+                let batch = (codec.encode)(batch)?;
+                metrics.add_bytes_out(batch.len());
+                Wire::Data { key: *key, batch }
+            }
             StreamMessage::Watermark(ts) => Wire::Watermark { key: *key, ts },
             StreamMessage::Idle => Wire::Idle { key: *key },
             StreamMessage::Barrier(barrier) => Wire::Barrier { key: *key, barrier },
@@ -301,6 +308,8 @@ fn send_loop(
 struct Inbound {
     tx: Sender<ChannelMessage>,
     codec: BatchCodec,
+    /// The consuming operator subtask's counters.
+    metrics: Arc<SubtaskMetrics>,
     /// Credits granted and not yet used by the sender.
     outstanding: AtomicI64,
     ended: AtomicBool,
@@ -349,6 +358,7 @@ fn receive_loop(
             let (key, msg) = match frame {
                 Wire::Data { key, batch } => {
                     let ch = channel(inbound, key)?;
+                    ch.metrics.add_bytes_in(batch.len());
                     (key, StreamMessage::Data((ch.codec.decode)(&batch)?))
                 }
                 Wire::Watermark { key, ts } => (key, StreamMessage::Watermark(ts)),
@@ -433,10 +443,12 @@ mod tests {
         let codec = BatchCodec::of::<u64>();
         let (up_tx, up_rx) = bounded::<ChannelMessage>(capacity); // the producer's process
         let (down_tx, down_rx) = bounded::<ChannelMessage>(capacity); // the consumer's process
+        let (upstream, downstream) =
+            (Arc::new(SubtaskMetrics::default()), Arc::new(SubtaskMetrics::default()));
         let mut producer_side = RemoteChannels::new([0]);
-        producer_side.register(key, &up_tx, &up_rx, codec);
+        producer_side.register(key, (&up_tx, &up_rx), codec, &upstream, &downstream);
         let mut consumer_side = RemoteChannels::new([1]);
-        consumer_side.register(key, &down_tx, &down_rx, codec);
+        consumer_side.register(key, (&down_tx, &down_rx), codec, &upstream, &downstream);
         drop((up_rx, down_tx));
         let (l0, l1) = (TcpListener::bind("127.0.0.1:0").unwrap(), TcpListener::bind("127.0.0.1:0").unwrap());
         let peers = vec![
@@ -482,6 +494,15 @@ mod tests {
         for s in senders {
             s.join().unwrap();
         }
+        // Bytes are counted on both sides: the encoded batches, as many sent as received.
+        let sent_bytes = upstream.bytes_out.load(Ordering::Relaxed);
+        let one_batch = (codec.encode)(Box::new(vec![Record::new(0, 7u64)])).unwrap().len() as u64;
+        assert!(sent_bytes >= 100 * one_batch, "{sent_bytes} bytes for 100 batches of {one_batch}");
+        assert_eq!(downstream.bytes_in.load(Ordering::Relaxed), sent_bytes);
+        assert_eq!(
+            (upstream.bytes_in.load(Ordering::Relaxed), downstream.bytes_out.load(Ordering::Relaxed)),
+            (0, 0)
+        );
         assert!(control.failure.lock().is_none());
     }
 }

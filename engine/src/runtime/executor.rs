@@ -214,7 +214,13 @@ pub(crate) fn build_tasks_placed(
                 for j in targets {
                     let (tx, rx) = bounded(capacity);
                     if let Some(r) = remote.as_deref_mut() {
-                        r.register(crate::cluster::shuffle::ChannelKey::new(v, k, i, j), &tx, &rx, e.codec);
+                        r.register(
+                            crate::cluster::shuffle::ChannelKey::new(v, k, i, j),
+                            (&tx, &rx),
+                            e.codec,
+                            &node_metrics[e.from][i as usize],
+                            &node_metrics[v][j as usize],
+                        );
                     }
                     out.push(tx);
                     receivers[v][j as usize].push(rx);

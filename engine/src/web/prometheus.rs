@@ -23,6 +23,10 @@ pub mod names {
     pub const RECORDS_IN: &str = "caudal_operator_records_in_total";
     /// Records out of an operator subtask.
     pub const RECORDS_OUT: &str = "caudal_operator_records_out_total";
+    /// Serialized bytes into an operator subtask from an external system or another process.
+    pub const BYTES_IN: &str = "caudal_operator_bytes_in_total";
+    /// Serialized bytes out of an operator subtask to an external system or another process.
+    pub const BYTES_OUT: &str = "caudal_operator_bytes_out_total";
     /// Seconds an operator subtask spent processing.
     pub const BUSY_SECONDS: &str = "caudal_operator_busy_seconds_total";
     /// Seconds an operator subtask spent blocked on a full output channel.
@@ -87,6 +91,16 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
     let mut checkpoints = Family::new(CHECKPOINTS, "counter", "Checkpoints of the job by status.");
     let mut rin = Family::new(RECORDS_IN, "counter", "Records into an operator subtask.");
     let mut rout = Family::new(RECORDS_OUT, "counter", "Records out of an operator subtask.");
+    let mut bin = Family::new(
+        BYTES_IN,
+        "counter",
+        "Serialized bytes into an operator subtask from an external system or another process.",
+    );
+    let mut bout = Family::new(
+        BYTES_OUT,
+        "counter",
+        "Serialized bytes out of an operator subtask to an external system or another process.",
+    );
     let mut busy = Family::new(BUSY_SECONDS, "counter", "Seconds an operator subtask spent processing.");
     let mut bp = Family::new(
         BACKPRESSURED_SECONDS,
@@ -165,6 +179,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                 let l = format!("{o},subtask=\"{i}\"");
                 rin.add(&l, s.records_in);
                 rout.add(&l, s.records_out);
+                bin.add(&l, s.bytes_in);
+                bout.add(&l, s.bytes_out);
                 busy.add(&l, s.busy_ns as f64 / 1e9);
                 bp.add(&l, s.backpressured_ns as f64 / 1e9);
                 if s.watermark != MIN_WATERMARK && s.watermark != MAX_WATERMARK {
@@ -204,6 +220,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &checkpoints,
         &rin,
         &rout,
+        &bin,
+        &bout,
         &busy,
         &bp,
         &wm,

@@ -79,6 +79,8 @@ pub(crate) struct JobEntry {
 pub(crate) struct SubtaskSample {
     pub(crate) records_in: u64,
     pub(crate) records_out: u64,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
     pub(crate) busy_ns: u64,
     pub(crate) backpressured_ns: u64,
 }
@@ -105,6 +107,8 @@ impl Sample {
                     .map(|s| SubtaskSample {
                         records_in: s.records_in,
                         records_out: s.records_out,
+                        bytes_in: s.bytes_in,
+                        bytes_out: s.bytes_out,
                         busy_ns: s.busy_ns,
                         backpressured_ns: s.backpressured_ns,
                     })
@@ -132,6 +136,8 @@ impl Sample {
 pub(crate) struct SubtaskRates {
     pub(crate) records_in_per_sec: f64,
     pub(crate) records_out_per_sec: f64,
+    pub(crate) bytes_in_per_sec: f64,
+    pub(crate) bytes_out_per_sec: f64,
     /// Share of wall-clock time spent processing, 0..=1.
     pub(crate) busy_ratio: f64,
     /// Share of wall-clock time spent blocked on a full output channel, 0..=1.
@@ -150,6 +156,8 @@ impl SubtaskRates {
         SubtaskRates {
             records_in_per_sec: per_sec(old.records_in, new.records_in),
             records_out_per_sec: per_sec(old.records_out, new.records_out),
+            bytes_in_per_sec: per_sec(old.bytes_in, new.bytes_in),
+            bytes_out_per_sec: per_sec(old.bytes_out, new.bytes_out),
             busy_ratio: ratio(old.busy_ns, new.busy_ns),
             backpressured_ratio: ratio(old.backpressured_ns, new.backpressured_ns),
         }
@@ -230,16 +238,19 @@ mod tests {
 
     #[test]
     fn rates_are_deltas_over_elapsed_time_and_ratios_are_clamped() {
-        let old = SubtaskSample { records_in: 100, records_out: 50, busy_ns: 0, backpressured_ns: 0 };
+        let old = SubtaskSample { records_in: 100, records_out: 50, bytes_in: 1_000, ..Default::default() };
         let new = SubtaskSample {
             records_in: 300,
             records_out: 150,
+            bytes_in: 9_000,
+            bytes_out: 4_000,
             busy_ns: 500_000_000,
             backpressured_ns: 5_000_000_000,
         };
         let r = SubtaskRates::between(&old, &new, Duration::from_secs(2));
         assert_eq!(r.records_in_per_sec, 100.0);
         assert_eq!(r.records_out_per_sec, 50.0);
+        assert_eq!((r.bytes_in_per_sec, r.bytes_out_per_sec), (4_000.0, 2_000.0));
         assert_eq!(r.busy_ratio, 0.25);
         assert_eq!(r.backpressured_ratio, 1.0);
         assert_eq!(SubtaskRates::between(&new, &old, Duration::ZERO), SubtaskRates::default());

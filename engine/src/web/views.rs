@@ -156,6 +156,13 @@ pub(crate) struct OperatorMetrics {
     pub(crate) records_out: u64,
     pub(crate) records_in_per_sec: Option<f64>,
     pub(crate) records_out_per_sec: Option<f64>,
+    /// Serialized bytes read from an external system or another process (0 on edges within
+    /// a process: records there are never serialized).
+    pub(crate) bytes_in: u64,
+    /// Serialized bytes written to an external system or another process.
+    pub(crate) bytes_out: u64,
+    pub(crate) bytes_in_per_sec: Option<f64>,
+    pub(crate) bytes_out_per_sec: Option<f64>,
     pub(crate) busy_ns: u64,
     pub(crate) backpressured_ns: u64,
     /// The busiest subtask's ratio.
@@ -178,6 +185,13 @@ pub(crate) struct SubtaskMetricsView {
     pub(crate) records_out: u64,
     pub(crate) records_in_per_sec: Option<f64>,
     pub(crate) records_out_per_sec: Option<f64>,
+    /// Serialized bytes read from an external system or another process (0 on edges within
+    /// a process: records there are never serialized).
+    pub(crate) bytes_in: u64,
+    /// Serialized bytes written to an external system or another process.
+    pub(crate) bytes_out: u64,
+    pub(crate) bytes_in_per_sec: Option<f64>,
+    pub(crate) bytes_out_per_sec: Option<f64>,
     pub(crate) busy_ns: u64,
     pub(crate) backpressured_ns: u64,
     pub(crate) busy_ratio: Option<f64>,
@@ -279,6 +293,10 @@ fn operator_metrics(op: &OperatorSnapshot, rates: Option<&[SubtaskRates]>) -> Op
                 records_out: s.records_out,
                 records_in_per_sec: r.map(|r| r.records_in_per_sec),
                 records_out_per_sec: r.map(|r| r.records_out_per_sec),
+                bytes_in: s.bytes_in,
+                bytes_out: s.bytes_out,
+                bytes_in_per_sec: r.map(|r| r.bytes_in_per_sec),
+                bytes_out_per_sec: r.map(|r| r.bytes_out_per_sec),
                 busy_ns: s.busy_ns,
                 backpressured_ns: s.backpressured_ns,
                 busy_ratio: r.map(|r| r.busy_ratio),
@@ -299,6 +317,10 @@ fn operator_metrics(op: &OperatorSnapshot, rates: Option<&[SubtaskRates]>) -> Op
         records_out: op.records_out,
         records_in_per_sec: sum(|r| r.records_in_per_sec),
         records_out_per_sec: sum(|r| r.records_out_per_sec),
+        bytes_in: op.bytes_in,
+        bytes_out: op.bytes_out,
+        bytes_in_per_sec: sum(|r| r.bytes_in_per_sec),
+        bytes_out_per_sec: sum(|r| r.bytes_out_per_sec),
         busy_ns: op.subtasks.iter().map(|s| s.busy_ns).sum(),
         backpressured_ns: op.subtasks.iter().map(|s| s.backpressured_ns).sum(),
         busy_ratio: max(|r| r.busy_ratio),

@@ -59,6 +59,8 @@ pub struct ArchiveSink<R: 'static> {
     what: String,
     checkpointing: bool,
     retries: Arc<AtomicU64>,
+    /// The subtask's counters (bytes out: the Avro files uploaded).
+    metrics: Arc<caudal::metrics::SubtaskMetrics>,
     _r: PhantomData<fn(R)>,
 }
 
@@ -90,6 +92,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
             attempt: crate::attempt::id().to_string(),
             checkpointing: false,
             retries: Arc::new(AtomicU64::new(0)),
+            metrics: Arc::default(),
             _r: PhantomData,
         }
     }
@@ -104,6 +107,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
         self.subtask = ctx.subtask;
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+        self.metrics = ctx.metrics.clone();
         self.what = format!("archive sink `{}`[{}] ({})", ctx.operator_name, ctx.subtask, self.config.url);
         if self.store.is_none() {
             let storage =
@@ -144,6 +148,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
         self.files += 1;
         let data = Bytes::from(bytes);
         self.with_store("uploading an in-progress file", |s| s.put(&name, data.clone()))?;
+        self.metrics.add_bytes_out(data.len());
         self.uploaded.push(Uploaded { in_progress: name, partition: partition.to_string() });
         Ok(())
     }

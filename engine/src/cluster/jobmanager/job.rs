@@ -150,6 +150,8 @@ impl ClusterJob {
             };
             m.records_in.store(c.records_in, Ordering::Relaxed);
             m.records_out.store(c.records_out, Ordering::Relaxed);
+            m.bytes_in.store(c.bytes_in, Ordering::Relaxed);
+            m.bytes_out.store(c.bytes_out, Ordering::Relaxed);
             m.watermark.store(c.watermark, Ordering::Relaxed);
             m.busy_ns.store(c.busy_ns, Ordering::Relaxed);
             m.backpressured_ns.store(c.backpressured_ns, Ordering::Relaxed);

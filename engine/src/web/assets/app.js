@@ -548,6 +548,13 @@ function latencyCell(l) {
   return `<td class="num latency" title="${fmtInt(l.count)} latency markers, last 30-60 s" data-p50="${l.p50_us}" data-p99="${l.p99_us}" data-max="${l.max_us}">${fmtMicros(l.p50_us)} / ${fmtMicros(l.p99_us)} / ${fmtMicros(l.max_us)}</td>`;
 }
 
+// Serialized bytes (total, and per second below it); a dash where nothing was serialized
+// (records between operators of one process are passed as they are).
+function bytesCell(cls, total, rate) {
+  if (!total) return `<td class="num muted ${cls}" data-bytes="0" title="nothing serialized: no Kafka or network on this side">—</td>`;
+  return `<td class="num ${cls}" data-bytes="${total}">${fmtBytes(total)}${rate == null ? "" : `<br><span class="muted">${fmtBytes(rate)}/s</span>`}</td>`;
+}
+
 function renderOperators(state, detail, metrics) {
   const plan = new Map(detail.operators.map((o) => [o.id, o]));
   const taskIdx = new Map(detail.tasks.map((t, i) => [t.id, i]));
@@ -561,6 +568,7 @@ function renderOperators(state, detail, metrics) {
       <td class="num">${m.parallelism}</td><td class="num">${taskIdx.has(p.task) ? taskIdx.get(p.task) : "—"}</td>
       <td class="num">${fmtInt(m.records_in)}</td><td class="num">${fmtInt(m.records_out)}</td>
       <td class="num">${fmtRate(m.records_in_per_sec)}</td><td class="num">${fmtRate(m.records_out_per_sec)}</td>
+      ${bytesCell("bytes-in", m.bytes_in, m.bytes_in_per_sec)}${bytesCell("bytes-out", m.bytes_out, m.bytes_out_per_sec)}
       ${src ? `<td class="num muted">—</td>` : ratioCell(m.busy_ratio, "#f59e0b")}${ratioCell(m.backpressured_ratio, "#4338ca")}
       <td class="num mono">${esc(m.watermark == null ? "—" : fmtClock(m.watermark, true))}</td>${latencyCell(m.latency)}</tr>`;
     if (open) {
@@ -568,6 +576,7 @@ function renderOperators(state, detail, metrics) {
         rows += `<tr class="sub"><td>subtask #${s.subtask}</td><td></td><td></td>
           <td class="num">${fmtInt(s.records_in)}</td><td class="num">${fmtInt(s.records_out)}</td>
           <td class="num">${fmtRate(s.records_in_per_sec)}</td><td class="num">${fmtRate(s.records_out_per_sec)}</td>
+          ${bytesCell("bytes-in", s.bytes_in, s.bytes_in_per_sec)}${bytesCell("bytes-out", s.bytes_out, s.bytes_out_per_sec)}
           ${src ? `<td class="num muted">—</td>` : ratioCell(s.busy_ratio, "#f59e0b")}${ratioCell(s.backpressured_ratio, "#4338ca")}
           <td class="num mono">${esc(s.watermark == null ? "—" : fmtClock(s.watermark, true))}</td>${latencyCell(s.latency)}</tr>`;
       }
@@ -575,6 +584,7 @@ function renderOperators(state, detail, metrics) {
   }
   $("#operators-table").innerHTML = `<table id="operators"><thead><tr><th>Operator</th><th class="num">Parallelism</th><th class="num">Task</th>
     <th class="num">Records in</th><th class="num">Records out</th><th class="num">In/s</th><th class="num">Out/s</th>
+    <th class="num" title="serialized bytes read from Kafka or received from another process">Bytes in</th><th class="num" title="serialized bytes written to Kafka or object storage, or sent to another process">Bytes out</th>
     <th class="num">Busy</th><th class="num">Backpressured</th><th class="num">Watermark</th><th class="num" title="record latency from the sources (latency markers), last 30-60 s">Latency p50 / p99 / max</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 

@@ -134,12 +134,14 @@ impl<T: Data> Sink for KafkaSink<T> {
         Ok(())
     }
 
-    fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
+    fn write_batch(&mut self, batch: Batch<T>, ctx: &mut OperatorContext) -> Result<()> {
+        let mut bytes = 0;
         for record in &batch {
             self.key.clear();
             self.value.clear();
             let keyed = self.serializer.serialize(&record.value, &mut self.key, &mut self.value)?;
             let key = keyed.then_some(self.key.as_slice());
+            bytes += key.map_or(0, <[u8]>::len) + self.value.len();
             let timestamp = if self.config.event_time_timestamps { record.ts } else { 0 };
             match &mut self.mode {
                 Mode::Transactional(txns) => txns.send(key, &self.value, timestamp)?,
@@ -147,6 +149,7 @@ impl<T: Data> Sink for KafkaSink<T> {
                 Mode::Idle => return Err(Error::Operator("kafka sink written before on_start".into())),
             }
         }
+        ctx.metrics.add_bytes_out(bytes);
         match &self.mode {
             Mode::Transactional(txns) => txns.poll(),
             Mode::Plain(producer) => {

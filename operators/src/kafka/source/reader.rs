@@ -96,6 +96,8 @@ pub struct KafkaSourceReader<T> {
     decoder: Box<dyn KafkaDecoder<T>>,
     dead_letters: Option<DeadLetters>,
     bad_records: Arc<AtomicU64>,
+    /// The subtask's counters (bytes read: keys and values as they come from the broker).
+    metrics: Arc<caudal::metrics::SubtaskMetrics>,
     last_positions: Option<Positions>,
     /// Per partition, what the last snapshot covers for the lag gauge (see [`Self::covered`]).
     last_covered: BTreeMap<i32, i64>,
@@ -261,6 +263,7 @@ impl<T> KafkaSourceReader<T> {
             decoder,
             dead_letters,
             bad_records: ctx.metrics.counter("bad_records"),
+            metrics: ctx.metrics.clone(),
             last_positions: None,
             last_covered: BTreeMap::new(),
             _health: health,
@@ -340,7 +343,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
             return Ok(SourcePoll::Finished);
         }
-        let mut read = 0usize;
+        let (mut read, mut bytes) = (0usize, 0usize);
         while out.capacity_left() > 0 {
             let event = match self.consumer.poll(Duration::ZERO) {
                 None => break,
@@ -376,6 +379,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                 continue;
             }
             read += 1;
+            bytes += msg.key_len() + msg.payload_len();
             match self.decoder.decode(msg.key(), msg.payload().unwrap_or(&[])) {
                 Ok(value) => {
                     let ts = msg.timestamp().to_millis().unwrap_or(MIN_WATERMARK);
@@ -410,6 +414,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
         }
         if read > 0 {
+            self.metrics.add_bytes_in(bytes);
             // Per-partition watermarks for the UI: a few stores per poll, not per record.
             for (i, p) in self.partitions.iter().enumerate() {
                 if let Some(wm) = out.split_watermark(i).filter(|w| *w != caudal::types::MAX_WATERMARK) {
