@@ -23,8 +23,15 @@
 //! A task stuck on backpressure answers late; the server then reports a timeout.
 //!
 //! Works for RocksDB and heap backends alike (it uses the backend's own
-//! `get`/`list_entries`/`key_group_stats`). Cluster mode does not forward queries to
-//! executor processes yet: there the job has no mailboxes and the API says so.
+//! `get`/`list_entries`/`key_group_stats`).
+//!
+//! **Cluster mode:** the job manager's API reaches executor processes the same way. Each
+//! executor reports its keyed subtasks when they run; the job manager registers a mailbox per
+//! subtask whose wake-up goes to the executor's proxy (`cluster::jobmanager::attempt`), which
+//! forwards the query over the executor's control connection as JSON. The executor puts it
+//! into its own subtask's mailbox as above and sends the answer back; the job manager hands
+//! it to the waiting request. Executors that go away take their pending queries with them:
+//! the API then answers that the job is not running.
 
 use crate::state::KeyedState;
 use crate::Result;
@@ -32,7 +39,7 @@ use caudal_checkpoints::keys::{decode_key, DecodedKey};
 use caudal_checkpoints::{KeyGroupStats, StateId, StateKey};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -49,7 +56,7 @@ const MAX_LOOKUP_ENTRIES: usize = 256;
 pub type CachedEntries = Vec<(String, Vec<u8>, Vec<u8>)>;
 
 /// What to read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum StateRequest {
     /// Every entry of one user key, given as JSON (decoded by the operator).
     Lookup {
@@ -70,7 +77,7 @@ pub enum StateRequest {
 }
 
 /// One stored entry, decoded as far as possible.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StateEntry {
     /// The state's name (e.g. `window`).
     pub state: String,
@@ -81,21 +88,21 @@ pub struct StateEntry {
     /// The namespace, hex (empty for most states).
     pub namespace_hex: String,
     /// The map key of a map-state entry, hex.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub map_key_hex: String,
     /// The value as JSON, when the operator can decode it.
     pub value: Option<serde_json::Value>,
     /// The stored value's size in bytes.
     pub value_bytes: usize,
     /// The first 64 bytes of the value, hex, when it could not be decoded.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_hex: Option<String>,
     /// The full encoded key, hex: pass it as `after` to continue a listing from here.
     pub cursor: String,
 }
 
 /// What a subtask answered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum StateReply {
     /// The key (or key group) belongs to another subtask.
     NotOwned,
@@ -119,6 +126,8 @@ pub enum StateReply {
     BadRequest(String),
     /// Reading failed.
     Failed(String),
+    /// The subtask cannot take the query now (its mailbox is full); retry.
+    Unavailable(String),
 }
 
 /// A request and where to send its answer.

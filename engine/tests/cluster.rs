@@ -251,6 +251,106 @@ fn savepoints_of_a_cluster_job_and_a_stopped_job_resumed_from_its_final_savepoin
     assert_equals_clean(&out, "stopped, then resumed at parallelism 3");
 }
 
+/// `(subtask, count)` of the open window of `sensor`, looked up through the job manager;
+/// `None` while it has no state (or the job is restarting).
+fn window_count(c: &Cluster, op: &str, sensor: u32) -> Option<(u64, u64)> {
+    let (code, v) = c.get_any(&format!("{op}?key={sensor}"));
+    if code != 200 {
+        return None;
+    }
+    let w = &v["entries"][0]["value"]["windows"][0];
+    assert_eq!(v["entries"][0]["state"], "window", "{v}");
+    assert!(w["accumulator"]["min"].as_f64() <= w["accumulator"]["max"].as_f64(), "{v}");
+    Some((v["subtask"].as_u64().unwrap(), w["accumulator"]["count"].as_u64().unwrap()))
+}
+
+/// [`window_count`] of sensors 0 to 19, once every one has a reading.
+fn every_window(c: &Cluster, op: &str, what: &str) -> Vec<(u64, u64)> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let all: Option<Vec<_>> = (0..20).map(|s| window_count(c, op, s)).collect();
+        if let Some(all) = all.filter(|a| a.iter().all(|(_, n)| *n > 0)) {
+            return all;
+        }
+        let last = c.get_any(&format!("{op}?key=0"));
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not every sensor has state (sensor 0: {last:?}){}",
+            c.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The state browser of a cluster job: the job manager forwards lookups, listings and sizes
+/// to the executors that own the key groups (two task managers, the window operator's two
+/// subtasks in two processes), live while the job runs and again after a task manager is
+/// killed and the job restarted elsewhere.
+#[test]
+fn the_state_of_a_cluster_job_is_browsed_through_the_job_manager() {
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager("tm-2", 1);
+    c.start_taskmanager("tm-3", 1);
+    c.wait_for_task_managers(3);
+    let out = c.dir.path().join("out");
+    // 20 sensors, 40 readings/s each, hour-long windows: nothing fires while the test looks.
+    let mut args = job_args(&out);
+    for (flag, value) in [("--records", "10000000"), ("--rate", "40"), ("--window-secs", "3600")] {
+        let i = args.iter().position(|a| a == flag).unwrap() + 1;
+        args[i] = value.into();
+    }
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running", |j| status(j) == "RUNNING");
+    let op = "/api/v1/jobs/temperature/operators/window-stats/state";
+
+    // The overview: the window operator, two subtasks over every key group.
+    let overview = c.get("/api/v1/jobs/temperature/state").unwrap();
+    let subtasks = overview["operators"][0]["subtasks"].as_array().unwrap().clone();
+    assert_eq!(overview["operators"][0]["operator"], "window-stats", "{overview:#}");
+    assert_eq!(subtasks.len(), 2, "{overview:#}");
+    assert_eq!(
+        (subtasks[0]["key_group_start"].as_u64(), subtasks[1]["key_group_end"].as_u64()),
+        (Some(0), Some(128))
+    );
+    // Every sensor's open window, from both processes; counts grow (live state).
+    let first = every_window(&c, op, "first look");
+    let owners: std::collections::BTreeSet<u64> = first.iter().map(|(s, _)| *s).collect();
+    assert_eq!(owners, [0, 1].into(), "the sensors' key groups are owned by both subtasks: {first:?}");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let later = every_window(&c, op, "second look");
+    assert!(later.iter().zip(&first).any(|(b, a)| b.1 > a.1), "no window grew: {first:?} {later:?}");
+    // Sizes gather both executors' key groups; a key group's page comes from its owner.
+    let sizes = c.get(&format!("{op}/sizes")).unwrap();
+    assert_eq!(sizes["entries"], 20, "{sizes:#}");
+    let groups = sizes["key_groups"].as_array().unwrap();
+    let on_1 = groups.iter().find(|g| g["subtask"] == 1 && g["entries"].as_u64() > Some(0)).unwrap();
+    let page = c.get(&format!("{op}/keys?key_group={}", on_1["key_group"])).unwrap();
+    assert_eq!(page["subtask"], 1, "{page:#}");
+    assert_eq!(page["entries"].as_array().unwrap().len() as u64, on_1["entries"].as_u64().unwrap());
+    // Bad input: a key without state, a key group out of range.
+    let (code, v) = c.get_any(&format!("{op}?key=999"));
+    assert_eq!(code, 404, "{v}");
+    let (code, v) = c.get_any(&format!("{op}/keys?key_group=500"));
+    assert_eq!(code, 400, "{v}");
+
+    // A task manager dies: the job restarts on the others and is browsable again.
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    c.kill_taskmanager(&victim);
+    let attempt = running["attempt"].as_u64().unwrap();
+    c.wait_job("temperature", 60, "running again", |j| {
+        j["attempt"].as_u64() > Some(attempt) && status(j) == "RUNNING"
+    });
+    every_window(&c, op, "after the restart");
+
+    let o = c.cli(&["cancel", "temperature", "--jobmanager", &c.url()]);
+    assert!(o.status.success(), "{}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "CANCELED", |j| status(j) == "CANCELED");
+    let (code, v) = c.get_any(&format!("{op}?key=1"));
+    assert_eq!(code, 409, "a cancelled job's state is not browsable: {v}");
+}
+
 #[test]
 fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
     clean();

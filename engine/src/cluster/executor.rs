@@ -13,6 +13,7 @@ use super::protocol::{
 };
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
+use super::state_forward::ExecutorStateServer;
 use crate::api::env::LocalStateDir;
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
@@ -25,6 +26,7 @@ use crate::{Error, Result};
 use crossbeam_channel::TryRecvError;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Exit code of an executor that lost its job manager or task manager.
@@ -144,6 +146,8 @@ fn run_deployed(
         (None, RestoredState::default())
     };
     // Keyed state backends, as in embedded mode (local working files, uploads to storage).
+    let queries = Arc::new(crate::state_query::StateQueries::new());
+    let mut state_server = ExecutorStateServer::new(queries.clone());
     let state = JobStateEnv {
         config: config.state.clone(),
         dir: LocalStateDir::create(config.state_dir.as_deref(), job_name)?,
@@ -151,8 +155,8 @@ fn run_deployed(
             .as_ref()
             .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
         store: storage.as_ref().map(|(s, _)| s.clone()),
-        // The job manager's API does not reach executor processes' state (yet).
-        queries: None,
+        // The job manager's state browser reaches these through `state_forward`.
+        queries: Some(queries.clone()),
     };
     let _state_dir = LocalStateDir(state.dir.clone());
     // Subtasks of other executors' slots are built there; channels to them cross the network.
@@ -190,7 +194,7 @@ fn run_deployed(
             lost(&format!("cannot reach the job manager ({e})"));
         }
     };
-    send(&FromExecutor::Running { tasks: handles.len(), sources });
+    send(&FromExecutor::Running { tasks: handles.len(), sources, keyed: state_server.keyed() });
     let timeout = Duration::from_millis(deployment_timeout_ms(deployment));
     let (mut last_sent, mut last_heard, mut last_progress) = (Instant::now(), Instant::now(), Instant::now());
     let mut reported = (0, 0);
@@ -219,6 +223,11 @@ fn run_deployed(
                             eprintln!("caudal executor {}: cancelled by the job manager", std::process::id());
                             std::process::exit(EXIT_CANCELLED);
                         }
+                        ToExecutor::StateQuery { id, operator, subtask, request } => {
+                            if let Some(answer) = state_server.query(id, operator, subtask, &request) {
+                                send(&answer);
+                            }
+                        }
                         ToExecutor::Heartbeat | ToExecutor::Deploy(_) => {}
                     }
                 }
@@ -229,6 +238,9 @@ fn run_deployed(
         }
         while let Ok(ack) = ack_rx.try_recv() {
             send(&wire_ack(ack));
+        }
+        for answer in state_server.ready() {
+            send(&answer);
         }
         let finished = handles.iter().filter(|h| h.thread.is_finished()).count();
         let now = (control.sources_at_end.load(Ordering::SeqCst), finished);

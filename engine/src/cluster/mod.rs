@@ -37,4 +37,5 @@ pub(crate) mod plan;
 pub(crate) mod protocol;
 pub(crate) mod role;
 pub(crate) mod shuffle;
+pub(crate) mod state_forward;
 pub mod taskmanager;

@@ -112,6 +112,9 @@ pub(crate) enum ToExecutor {
     Cancel,
     /// Still alive.
     Heartbeat,
+    /// A state browser query for keyed operator subtask `subtask` of operator `operator`
+    /// (a [`crate::state_query::StateRequest`] as JSON); answered by [`FromExecutor::StateAnswer`].
+    StateQuery { id: u64, operator: u32, subtask: u32, request: String },
 }
 
 /// Executor → job manager.
@@ -119,8 +122,9 @@ pub(crate) enum ToExecutor {
 pub(crate) enum FromExecutor {
     /// Sent right after the hello: where peers send this executor data.
     DataPort { addr: String },
-    /// The subtasks run.
-    Running { tasks: usize, sources: usize },
+    /// The subtasks run; `keyed` are its keyed operator subtasks, whose state the job
+    /// manager's state browser may query.
+    Running { tasks: usize, sources: usize, keyed: Vec<KeyedSubtask> },
     /// A subtask acknowledged a checkpoint with its snapshots `(operator uid, snapshot as the
     /// JSON of the checkpoint metadata)`, or declined it (an upload failed).
     Ack {
@@ -137,6 +141,18 @@ pub(crate) enum FromExecutor {
     Heartbeat,
     /// Counters of this executor's subtasks (every second), for the job manager's UI.
     Metrics { subtasks: Vec<SubtaskCounters> },
+    /// The answer to [`ToExecutor::StateQuery`] `id`: a [`crate::state_query::StateReply`] as
+    /// JSON, or `None` when the subtask is gone (the job manager's API then says the job is
+    /// not running).
+    StateAnswer { id: u64, reply: Option<String> },
+}
+
+/// A keyed operator subtask an executor runs, and the key groups it owns.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct KeyedSubtask {
+    pub(crate) operator: u32,
+    pub(crate) subtask: u32,
+    pub(crate) key_groups: (u16, u16),
 }
 
 /// What a subtask's snapshot cost (`runtime::task::AckStats` on the wire).

@@ -278,7 +278,7 @@ fn mailboxes(job: &JobEntry, id: u32, op_name: &str) -> Result<Vec<(u32, Mailbox
     if m.is_empty() {
         return Err(ApiError::not_found(format!(
             "operator `{op_name}` has no keyed state to browse (only operators after a key_by have; \
-             in cluster mode state is not browsable yet)"
+             in cluster mode, once its subtasks run)"
         )));
     }
     Ok(m)
@@ -323,6 +323,7 @@ fn reply_error(reply: StateReply, parameter: &str) -> ApiError {
     match reply {
         StateReply::BadRequest(m) => ApiError::bad_parameter(parameter, m),
         StateReply::Failed(m) => ApiError::internal(format!("reading the state failed: {m}")),
+        StateReply::Unavailable(m) => ApiError::unavailable(m),
         other => ApiError::internal(format!("unexpected answer from the task: {other:?}")),
     }
 }

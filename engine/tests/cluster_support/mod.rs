@@ -158,6 +158,12 @@ impl Cluster {
         r.body_mut().read_json().ok()
     }
 
+    /// Status and JSON body of `GET path` (errors too).
+    pub fn get_any(&self, path: &str) -> (u16, Value) {
+        let mut r = self.agent.get(format!("{}{path}", self.url())).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_json().unwrap_or(Value::Null))
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(caudal()).args(args).output().unwrap()
     }

@@ -15,6 +15,7 @@ use crate::cluster::jobmanager::job::ClusterJob;
 use crate::cluster::protocol::{
     Deployment, FromExecutor, Link, Peer, Sender as LinkSender, ToExecutor, ToTaskManager, HEARTBEAT_INTERVAL,
 };
+use crate::cluster::state_forward::RemoteState;
 use crate::coordinator::{open_store, Coordinator, Tick};
 use crate::job::JobStatus;
 use crate::runtime::executor::RunningTask;
@@ -64,6 +65,10 @@ struct Exec {
     /// Dropped when the executor reports a finished task: ends its proxy's thread.
     done: Option<Sender<()>>,
     commands: Option<Receiver<TaskCommand>>,
+    /// Its proxy task's command channel (state queries wake it).
+    wake: Option<Sender<TaskCommand>>,
+    /// State browser queries to its keyed subtasks.
+    state: RemoteState,
 }
 
 impl Exec {
@@ -207,6 +212,8 @@ impl Attempt<'_> {
                 last_heard: Instant::now(),
                 done: None,
                 commands: None,
+                wake: None,
+                state: RemoteState::default(),
             });
         }
         job.state.lock().task_managers = self.execs.iter().map(|e| e.tm.clone()).collect();
@@ -309,6 +316,7 @@ impl Attempt<'_> {
                 };
             e.done = Some(done_tx);
             e.commands = Some(cmd_rx);
+            e.wake = Some(cmd_tx.clone());
             proxies.push(RunningTask { is_source: true, commands: cmd_tx, thread });
         }
         let timeout = self.cluster.config.heartbeat_timeout;
@@ -333,7 +341,13 @@ impl Attempt<'_> {
                         Ok(Ok(msg)) => {
                             e.last_heard = Instant::now();
                             match msg {
-                                FromExecutor::Running { .. } => e.running = true,
+                                FromExecutor::Running { keyed, .. } => {
+                                    e.running = true;
+                                    if let Some(wake) = &e.wake {
+                                        e.state.register(&job.view.state_queries, &keyed, wake);
+                                    }
+                                }
+                                FromExecutor::StateAnswer { id, reply } => e.state.answer(id, reply),
                                 FromExecutor::Ack { checkpoint, subtask, snapshots, stats } => {
                                     let snapshots = snapshots.and_then(|list| {
                                         list.into_iter()
@@ -449,20 +463,21 @@ impl Attempt<'_> {
                     }
                 }
             }
-            for e in &self.execs {
+            for e in &mut self.execs {
                 let Some(commands) = &e.commands else { continue };
                 while let Ok(cmd) = commands.try_recv() {
-                    let msg = match cmd {
-                        TaskCommand::TriggerCheckpoint(b) => ToExecutor::TriggerCheckpoint(b),
-                        TaskCommand::CheckpointComplete(id) => ToExecutor::CheckpointComplete(id),
-                        // State queries are served in embedded mode only.
-                        TaskCommand::ServeStateQueries => continue,
+                    let msgs = match cmd {
+                        TaskCommand::TriggerCheckpoint(b) => vec![ToExecutor::TriggerCheckpoint(b)],
+                        TaskCommand::CheckpointComplete(id) => vec![ToExecutor::CheckpointComplete(id)],
+                        TaskCommand::ServeStateQueries => e.state.forward(),
                     };
                     if e.finished {
                         continue;
                     }
-                    if let Err(o) = e.send(&msg) {
-                        return o;
+                    for msg in &msgs {
+                        if let Err(o) = e.send(msg) {
+                            return o;
+                        }
                     }
                 }
             }
