@@ -52,7 +52,7 @@ pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };
-pub use operator::{Operator, OperatorContext, Sink};
+pub use operator::{new_attempt_id, Operator, OperatorContext, Sink};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
 };

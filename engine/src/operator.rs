@@ -38,6 +38,11 @@ pub struct OperatorContext {
     pub checkpoint_timing: Option<(std::time::Duration, std::time::Duration)>,
     /// The checkpoint the job restored from, if any.
     pub restored_checkpoint: Option<CheckpointId>,
+    /// This run (attempt) of the job: the same in every subtask of the attempt, in every
+    /// process of a cluster, and new for every run, a restart inside the same process
+    /// included ([`new_attempt_id`]). Sinks tag their in-progress output with it, so that a
+    /// restore removes exactly what earlier runs left.
+    pub attempt: String,
     /// The snapshots of every subtask of this operator in the restored checkpoint; the
     /// engine hands them to [`Operator::restore`] / [`Sink::restore`] before `on_start`.
     pub restored: Option<Vec<Vec<u8>>>,
@@ -45,6 +50,18 @@ pub struct OperatorContext {
     pub(crate) keyed: Option<KeyedState>,
     /// The state browser's queries for this subtask (keyed operators of embedded jobs).
     pub(crate) state_queries: Option<crossbeam_channel::Receiver<crate::state_query::StateQuery>>,
+}
+
+/// A new id for a run of a job: short lower-case hex, unique per call (time, process id
+/// and a counter), so that two runs in one process differ too.
+pub fn new_attempt_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}", nanos ^ (u64::from(std::process::id()) << 32) ^ n.rotate_right(8))
 }
 
 impl OperatorContext {
@@ -65,6 +82,7 @@ impl OperatorContext {
             checkpointing: false,
             checkpoint_timing: None,
             restored_checkpoint: None,
+            attempt: new_attempt_id(),
             restored: None,
             keyed: None,
             state_queries: None,

@@ -91,6 +91,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             checkpointing: false,
             checkpoint_timing: None,
             restored_checkpoint: None,
+            attempt: crate::operator::new_attempt_id(),
             restored: None,
             keyed: Some(crate::state::KeyedState::heap(caudal_checkpoints::KeyGroupRange::all(
                 crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,

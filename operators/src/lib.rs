@@ -11,7 +11,6 @@
 //! silently dropped.
 
 pub mod archive;
-mod attempt;
 pub mod generator;
 pub mod kafka;
 pub mod postgres;

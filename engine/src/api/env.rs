@@ -224,6 +224,8 @@ impl StreamEnv {
             (None, RestoredState::default())
         };
         let state = JobStateEnv {
+            // Every call is a run of its own, even a restore in the same process.
+            attempt: crate::operator::new_attempt_id(),
             config: self.config.state.clone(),
             dir: LocalStateDir::create(self.config.state_dir.as_deref(), job_name)?,
             paths: coordinator_parts

@@ -149,6 +149,12 @@ fn run_deployed(
     let queries = Arc::new(crate::state_query::StateQueries::new());
     let mut state_server = ExecutorStateServer::new(queries.clone());
     let state = JobStateEnv {
+        // The job manager's attempt: the same in every executor of it, new in the next one.
+        attempt: if deployment.attempt.is_empty() {
+            crate::operator::new_attempt_id()
+        } else {
+            deployment.attempt.clone()
+        },
         config: config.state.clone(),
         dir: LocalStateDir::create(config.state_dir.as_deref(), job_name)?,
         paths: storage

@@ -83,6 +83,10 @@ pub(crate) struct Deployment {
     pub(crate) heartbeat_timeout_ms: u64,
     /// This executor's index in `peers`.
     pub(crate) executor_index: u32,
+    /// The attempt's id (`[0-9a-z]`), the same for every executor of the attempt: sinks
+    /// tag in-progress output with it ([`crate::OperatorContext::attempt`]).
+    #[serde(default)]
+    pub(crate) attempt: String,
     /// Every executor of the attempt: its slots and data address. Subtask `i` of every
     /// task runs in slot `i`.
     pub(crate) peers: Vec<Peer>,

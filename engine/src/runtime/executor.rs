@@ -149,8 +149,12 @@ pub(crate) struct RestoredState {
     pub(crate) from_savepoint: bool,
 }
 
-/// What the executor needs to give keyed operators their state backends.
+/// What the executor needs to give keyed operators their state backends, and every
+/// operator this run's attempt id.
 pub(crate) struct JobStateEnv {
+    /// This run of the job ([`crate::OperatorContext::attempt`]): a new id per `execute`
+    /// in embedded mode, the job manager's attempt in a cluster (shared by its executors).
+    pub(crate) attempt: String,
     pub(crate) config: caudal_checkpoints::StateBackendConfig,
     /// The job's local state directory: `<dir>/<operator uid>/<subtask>` per backend.
     pub(crate) dir: std::path::PathBuf,
@@ -377,6 +381,7 @@ impl ChainBuilder<'_> {
             checkpointing: self.config.checkpoints.interval.is_some(),
             checkpoint_timing: self.config.checkpoints.interval.map(|i| (i, self.config.checkpoints.timeout)),
             restored_checkpoint: self.restored.checkpoint,
+            attempt: self.state.attempt.clone(),
             restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
             keyed,
             state_queries,

@@ -55,7 +55,9 @@ pub struct ArchiveSink<R: 'static> {
     pending: Vec<Pending>,
     subtask: u32,
     files: u64,
+    /// This run of the job ([`OperatorContext::attempt`]).
     attempt: String,
+    attempt_override: Option<String>,
     what: String,
     checkpointing: bool,
     retries: Arc<AtomicU64>,
@@ -89,7 +91,8 @@ impl<R: AvroRecord> ArchiveSink<R> {
             pending: Vec::new(),
             subtask: 0,
             files: 0,
-            attempt: crate::attempt::id().to_string(),
+            attempt: String::new(),
+            attempt_override: None,
             checkpointing: false,
             retries: Arc::new(AtomicU64::new(0)),
             metrics: Arc::default(),
@@ -100,11 +103,12 @@ impl<R: AvroRecord> ArchiveSink<R> {
     /// Tests: act as another run of the job.
     #[cfg(test)]
     pub(crate) fn set_attempt(&mut self, attempt: &str) {
-        self.attempt = attempt.to_string();
+        self.attempt_override = Some(attempt.to_string());
     }
 
     fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
+        self.attempt = self.attempt_override.clone().unwrap_or_else(|| ctx.attempt.clone());
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.metrics = ctx.metrics.clone();
@@ -229,7 +233,10 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
             }
         }
         // Every other in-progress object of an earlier run holds records the restored job
-        // writes again.
+        // writes again. Those of this run are spared: other subtasks of it (in a cluster, in
+        // other processes) may be uploading already. The run is the engine's attempt
+        // (`OperatorContext::attempt`), new for every run, so a restart inside the same
+        // process still removes what its failed predecessor left.
         let suffix = format!(".{}.avro", self.attempt);
         let stale = self.with_store("listing in-progress files", |s| s.list(IN_PROGRESS))?;
         for entry in stale.into_iter().filter(|e| !keep.contains(&e.path) && !e.path.ends_with(&suffix)) {

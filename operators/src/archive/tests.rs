@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{ArchiveConfig, ArchiveSink, IN_PROGRESS};
-use crate::test_stack::{context, service, unique};
+use crate::test_stack::{context, run_in_process, service, unique};
 use caudal::{CheckpointId, Record, Sink};
 use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 use caudal_schemas::ProcessedReading;
@@ -137,6 +137,30 @@ fn restore_case(config: &ArchiveConfig) {
         assert_eq!(ids, vec![1, 2], "{attempt}");
         assert_eq!(in_progress(&config), 0, "{attempt}");
     }
+}
+
+#[test]
+fn a_restart_in_the_same_process_removes_what_the_failed_run_left_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+    let config = ArchiveConfig::new(dir.path().join("archive").display().to_string());
+    // An hour (a partition, a file) per record: the failed run leaves more in-progress
+    // names than the restart writes again (a name written again would hide a leftover).
+    let items: Vec<ProcessedReading> = (0..40).map(|i| reading(i % 3, START + i * HOUR).value).collect();
+    let make = {
+        let config = config.clone();
+        move || config.build::<ProcessedReading>()
+    };
+    let failed = run_in_process("archive-rerun", items.clone(), checkpoints.path(), Some(5), make.clone());
+    let e = failed.expect_err("the first run fails").to_string();
+    assert!(e.contains("injected failure"), "{e}");
+    assert!(in_progress(&config) > 0, "the failed run left checkpoint 5's files in progress");
+    // The restart runs in the same process, as a job restarted by its own code would.
+    run_in_process("archive-rerun", items.clone(), checkpoints.path(), None, make).unwrap();
+    let mut records: Vec<ProcessedReading> = published(&config).into_iter().flat_map(|(_, r)| r).collect();
+    records.sort_by_key(|r| r.ts);
+    assert_eq!(records, items, "the output of a clean run");
+    assert_eq!(in_progress(&config), 0, "nothing left in progress");
 }
 
 #[test]

@@ -223,18 +223,16 @@ impl<T> PostgresSink<T> {
             self.rt = Some(runtime().map_err(|e| Error::io("starting the PostgreSQL sink's runtime", e))?);
         }
         let database = self.data_config_db();
-        let mut ids = EpochIds::new(
+        let attempt = self.attempt_override.as_deref().unwrap_or(&ctx.attempt);
+        self.ids = Some(EpochIds::new(
             &ctx.job_name,
             &ctx.operator_name,
             &database,
             &self.config.schema,
             &self.config.table,
             ctx.subtask,
-        );
-        if let Some(a) = &self.attempt_override {
-            ids.attempt = a.clone();
-        }
-        self.ids = Some(ids);
+            attempt,
+        ));
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.what = format!(
@@ -453,6 +451,10 @@ impl<T> PostgresSink<T> {
                 s.commit_prepared(epoch)
             })?;
         }
+        // Those of this run are spared: other subtasks of it (in a cluster, in other
+        // processes) may have prepared already. The run is the engine's attempt
+        // (`OperatorContext::attempt`), new for every run, so a restart inside the same
+        // process still rolls back what its failed predecessor prepared.
         let stale: Vec<String> = lingering
             .into_iter()
             .filter(|g| !keep_ids.contains(g.as_str()) && !self.is_this_attempt(g))

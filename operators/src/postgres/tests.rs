@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{PostgresSink, PostgresSinkConfig};
-use crate::test_stack::{context, service, unique};
+use crate::test_stack::{context, run_in_process, service, unique};
 use caudal::{CheckpointId, Record, Sink};
 use serde::{Deserialize, Serialize};
 
@@ -188,6 +188,30 @@ fn a_fresh_start_rolls_back_what_earlier_runs_prepared() {
     b.pre_commit(CheckpointId(1), &mut ctx).unwrap();
     b.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 5.0)]);
+}
+
+#[test]
+fn a_restart_in_the_same_process_rolls_back_what_the_failed_run_prepared() {
+    let Some(db) = Db::open("pg_rerun") else { return };
+    let checkpoints = tempfile::tempdir().unwrap();
+    let items: Vec<Reading> =
+        (0..30).map(|i| Reading { sensor_id: i % 3, ts: i as i64, temp_c: i as f64 }).collect();
+    let mut config = db.config();
+    // A lingering transaction's row locks would block the replayed upserts: fail fast.
+    config.timeout_secs = 2;
+    config.retry.give_up_after_secs = 4;
+    let make = move || config.build::<Reading>();
+    let failed = run_in_process(&db.job(), items.clone(), checkpoints.path(), Some(2), make.clone());
+    let e = failed.expect_err("the first run fails").to_string();
+    assert!(e.contains("injected failure"), "{e}");
+    assert_eq!(db.prepared().len(), 1, "the failed run left checkpoint 2's epoch prepared");
+    // The restart runs in the same process, as a job restarted by its own code would.
+    run_in_process(&db.job(), items.clone(), checkpoints.path(), None, make).unwrap();
+    let expected: Vec<(i64, i64, f64)> = items.iter().map(|r| (r.sensor_id as i64, r.ts, r.temp_c)).collect();
+    let mut rows = db.rows();
+    rows.sort_by_key(|r| (r.1, r.0));
+    assert_eq!(rows, expected, "the output of a clean run");
+    assert!(db.prepared().is_empty(), "nothing left prepared: {:?}", db.prepared());
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //!
 //! A sink subtask writes the rows of checkpoint epoch `n` in one transaction named
 //! `<job>-<operator>-<target>-<subtask>-<n>-<attempt>` (`target` a hash of database,
-//! schema and table; `attempt` this process). The same transaction inserts the id into
+//! schema and table; `attempt` this run of the job, [`caudal::OperatorContext::attempt`]:
+//! shared by all subtasks of the run in every process, new for every run, even one in the
+//! same process). The same transaction inserts the id into
 //! `caudal_sink_epochs`, so once it commits the database itself says so: on restore a
 //! recorded id that is neither prepared nor in the table was lost, and the sink fails
 //! loudly instead of silently missing an epoch.
@@ -31,7 +33,7 @@ pub(crate) struct EpochIds {
     /// `<job>/<operator> → schema.table`, stored with each epoch.
     pub sink: String,
     pub subtask: u32,
-    /// This run of the job ([`crate::attempt::id`]).
+    /// This run of the job ([`caudal::OperatorContext::attempt`]).
     pub attempt: String,
 }
 
@@ -60,6 +62,7 @@ impl EpochIds {
         schema: &str,
         table: &str,
         subtask: u32,
+        attempt: &str,
     ) -> Self {
         let target = format!("{database}/{schema}.{table}");
         EpochIds {
@@ -71,16 +74,18 @@ impl EpochIds {
             ),
             sink: format!("{job}/{operator} -> {schema}.{table}"),
             subtask,
-            attempt: crate::attempt::id().to_string(),
+            attempt: attempt.to_string(),
         }
     }
 
-    /// The transaction of `checkpoint`'s epoch in this process.
+    /// The transaction of `checkpoint`'s epoch in this run.
     pub(crate) fn gid(&self, checkpoint: u64) -> String {
         format!("{}{}-{}-{}", self.prefix, self.subtask, checkpoint, self.attempt)
     }
 
-    /// True for the transactions of this run.
+    /// True for the transactions of this run (of any subtask: in a cluster the others may
+    /// run in other processes and have prepared already; never those of an earlier run,
+    /// even one in the same process, which must be rolled back).
     pub(crate) fn is_this_attempt(&self, gid: &str) -> bool {
         gid.ends_with(&format!("-{}", self.attempt))
     }
@@ -134,15 +139,17 @@ mod tests {
 
     #[test]
     fn ids_share_the_sink_prefix_and_fit_postgres() {
-        let a = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 0);
-        let b = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 3);
-        let other = EpochIds::new("temperature", "readings-sink", "caudal", "test_1", "readings", 0);
+        let a = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 0, "a1");
+        let b = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 3, "a1");
+        let other = EpochIds::new("temperature", "readings-sink", "caudal", "test_1", "readings", 0, "a1");
         assert_eq!(a.prefix, b.prefix);
         assert_ne!(a.prefix, other.prefix);
         let gid = b.gid(17);
         assert!(gid.starts_with(&a.prefix) && gid.contains("-3-17-"), "{gid}");
         assert!(b.is_this_attempt(&gid) && a.is_this_attempt(&gid));
-        let long = EpochIds::new(&"j".repeat(300), &"o o".repeat(100), "d", "s", "t", 9);
+        let next_run = EpochIds::new("temperature", "readings-sink", "caudal", "public", "readings", 3, "a2");
+        assert!(!next_run.is_this_attempt(&gid));
+        let long = EpochIds::new(&"j".repeat(300), &"o o".repeat(100), "d", "s", "t", 9, "18c9a2b3c4d5e6f7");
         assert!(long.gid(u64::MAX).len() < 200);
         assert!(long.gid(1).chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)));
     }

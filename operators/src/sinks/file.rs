@@ -10,7 +10,6 @@
 //! Readers see only `<dir>/*.jsonl`: each record exactly once, even across kills. Without
 //! checkpointing, or at the end of bounded input, the open file is published at close.
 
-use crate::attempt::id as attempt;
 use caudal::types::MAX_WATERMARK;
 use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
 use serde::{Deserialize, Serialize};
@@ -35,6 +34,8 @@ struct Pending {
 pub struct JsonFileSink<T> {
     dir: PathBuf,
     subtask: u32,
+    /// This run of the job ([`OperatorContext::attempt`]).
+    attempt: String,
     writer: Option<(BufWriter<File>, PathBuf)>,
     pending: Vec<Pending>,
     line: Vec<u8>,
@@ -71,6 +72,7 @@ impl<T> JsonFileSink<T> {
         JsonFileSink {
             dir: dir.into(),
             subtask: 0,
+            attempt: String::new(),
             writer: None,
             pending: Vec::new(),
             line: Vec::new(),
@@ -84,7 +86,7 @@ impl<T> JsonFileSink<T> {
 
     fn open_writer(&mut self) -> Result<&mut BufWriter<File>> {
         if self.writer.is_none() {
-            let path = self.in_progress().join(format!("part-{}.{}.open", self.subtask, attempt()));
+            let path = self.in_progress().join(format!("part-{}.{}.open", self.subtask, self.attempt));
             let file = File::create(&path).map_err(io(format!("creating {}", path.display())))?;
             self.writer = Some((BufWriter::with_capacity(256 * 1024, file), path));
         }
@@ -122,6 +124,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
     type In = T;
 
     fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        self.attempt = ctx.attempt.clone();
         std::fs::create_dir_all(self.in_progress())
             .map_err(io(format!("creating {}", self.dir.display())))?;
         let restored = ctx.restored_checkpoint.map_or(0, |c| c.0);
@@ -149,7 +152,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
                 Some(s) => s == ctx.subtask || (ctx.subtask == 0 && s >= ctx.parallelism),
                 None => ctx.subtask == 0,
             };
-            if mine && !keep.contains(&name) && !name.contains(attempt()) {
+            if mine && !keep.contains(&name) && !name.contains(&format!(".{}.", self.attempt)) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
@@ -158,6 +161,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
+        self.attempt = ctx.attempt.clone();
         std::fs::create_dir_all(self.in_progress())
             .map_err(io(format!("creating output directory {}", self.dir.display())))
     }
@@ -182,7 +186,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         _ctx: &mut OperatorContext,
     ) -> Result<Option<Vec<u8>>> {
         if let Some(path) = self.close_writer()? {
-            let pending = format!("part-{}-{}.{}.pending", self.subtask, checkpoint.0, attempt());
+            let pending = format!("part-{}-{}.{}.pending", self.subtask, checkpoint.0, self.attempt);
             std::fs::rename(&path, self.in_progress().join(&pending))
                 .map_err(io(format!("pre-committing {}", path.display())))?;
             self.pending.push(Pending {
@@ -210,7 +214,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         // End of input (or no checkpoints): publish everything, the open file last.
         self.commit_up_to(u64::MAX)?;
         if let Some(path) = self.close_writer()? {
-            publish(&path, &self.dir.join(format!("part-{}-end.{}.jsonl", self.subtask, attempt())))?;
+            publish(&path, &self.dir.join(format!("part-{}-end.{}.jsonl", self.subtask, self.attempt)))?;
         }
         Ok(())
     }

@@ -97,6 +97,8 @@ pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) 
         cluster,
         job,
         prefix: format!("{}.{}.{attempt}", job.name(), cluster.epoch),
+        // Unique per job manager run (its start time) and attempt.
+        attempt_id: format!("{:x}a{attempt}", cluster.epoch),
         route: tx,
         events,
         execs: Vec::new(),
@@ -115,6 +117,8 @@ struct Attempt<'a> {
     cluster: &'a Cluster,
     job: &'a ClusterJob,
     prefix: String,
+    /// Given to every executor ([`Deployment::attempt`]).
+    attempt_id: String,
     route: Sender<(String, ExecutorEvent)>,
     events: Receiver<(String, ExecutorEvent)>,
     execs: Vec<Exec>,
@@ -277,6 +281,7 @@ impl Attempt<'_> {
                 restore: restore.clone(),
                 heartbeat_timeout_ms: self.cluster.config.heartbeat_timeout.as_millis() as u64,
                 executor_index: i as u32,
+                attempt: self.attempt_id.clone(),
                 peers: peers.clone(),
             };
             if let Err(o) = e.send(&ToExecutor::Deploy(deployment)) {
