@@ -30,6 +30,9 @@ fn service(var: &str) -> Option<String> {
     }
 }
 
+/// Readings of one run.
+const RECORDS: u64 = 6000;
+
 fn unique(what: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     format!("t_{what}_{}_{}", std::process::id(), nanos % 1_000_000_000_000)
@@ -49,6 +52,8 @@ struct Target {
     s3: S3Config,
     env: Vec<(String, String)>,
     extra: Vec<String>,
+    /// Serve the REST API on this port while the job runs (`None`: `--no-ui`).
+    ui_port: Option<u16>,
 }
 
 impl Target {
@@ -66,6 +71,7 @@ impl Target {
             s3: S3Config::default(),
             env: Vec::new(),
             extra: Vec::new(),
+            ui_port: None,
             _tmp: tmp,
         }
     }
@@ -86,7 +92,7 @@ impl Target {
             "--sensors",
             "20",
             "--records",
-            "6000",
+            &RECORDS.to_string(),
             "--rate",
             "75",
             "--event-interval-ms",
@@ -101,7 +107,6 @@ impl Target {
             "0.3",
             "--progress-secs",
             "0",
-            "--no-ui",
             "--parallelism",
             "2",
         ]
@@ -119,6 +124,10 @@ impl Target {
         ] {
             a.push(flag.into());
             a.push(value);
+        }
+        match self.ui_port {
+            Some(port) => a.extend(["--ui-bind".to_string(), format!("127.0.0.1:{port}")]),
+            None => a.push("--no-ui".into()),
         }
         a.extend(self.extra.iter().cloned());
         a
@@ -407,10 +416,11 @@ fn free_port() -> u16 {
 }
 
 impl PrivateStack {
-    fn services(&self, cmd: &str) {
+    fn services(&self, cmd: &str, which: &[&str]) {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
         let out = Command::new(script)
-            .args([cmd, "postgres", "redis"])
+            .arg(cmd)
+            .args(which)
             .env("CAUDAL_STACK_DIR", self.dir.path())
             .env("CAUDAL_POSTGRES_PORT", self.pg_port.to_string())
             .env("CAUDAL_REDIS_PORT", self.redis_port.to_string())
@@ -423,7 +433,7 @@ impl PrivateStack {
     fn start() -> PrivateStack {
         let s =
             PrivateStack { dir: tempfile::tempdir().unwrap(), pg_port: free_port(), redis_port: free_port() };
-        s.services("start");
+        s.services("start", &["postgres", "redis"]);
         s
     }
 
@@ -438,10 +448,63 @@ impl PrivateStack {
 
 impl Drop for PrivateStack {
     fn drop(&mut self) {
-        self.services("stop");
+        self.services("stop", &["postgres", "redis"]);
     }
 }
 
+/// What the job's REST API (`/api/v1/jobs/temperature/metrics`) says of the generator and
+/// the sinks of the outage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Progress {
+    /// Records the generator emitted (all subtasks).
+    generated: u64,
+    /// `sink_retries` of the readings' PostgreSQL sink and of the Redis sink.
+    postgres_retries: u64,
+    redis_retries: u64,
+}
+
+fn progress(agent: &ureq::Agent, port: u16) -> Option<Progress> {
+    let url = format!("http://127.0.0.1:{port}/api/v1/jobs/temperature/metrics");
+    let mut response = agent.get(&url).call().ok()?;
+    let body = response.body_mut().read_to_string().ok()?;
+    let m: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let op = |name: &str| m["operators"].as_array()?.iter().find(|o| o["name"] == name).cloned();
+    let retries = |name: &str| op(name).and_then(|o| o["counters"]["sink_retries"].as_u64()).unwrap_or(0);
+    Some(Progress {
+        generated: op("sensor-generator")?["records_out"].as_u64()?,
+        postgres_retries: retries("readings-postgres"),
+        redis_retries: retries("readings-redis"),
+    })
+}
+
+/// Polls the job's metrics until `done` holds while the generator has emitted nothing new
+/// for a second before the end of its input (the job is backpressured: the source
+/// stalled); returns that reading. Panics after 30 s with the last one.
+fn wait_stalled(agent: &ureq::Agent, port: u16, what: &str, done: impl Fn(&Progress) -> bool) -> Progress {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since): (Option<Progress>, Instant) = (None, Instant::now());
+    loop {
+        if let Some(p) = progress(agent, port) {
+            assert!(p.generated < RECORDS, "{what}: the input ended before the job stalled: {p:?}");
+            if last.is_some_and(|q| q.generated != p.generated) {
+                since = Instant::now();
+            }
+            last = Some(p);
+            if done(&p) && since.elapsed() >= Duration::from_secs(1) {
+                return p;
+            }
+        }
+        assert!(Instant::now() < deadline, "{what}: the job did not stall waiting for the service: {last:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Both services go away while the job runs and stay away until the job has stalled
+/// (the generator emits nothing for a second, well before the end of its input) with the
+/// sinks retrying; then one comes back, and the other only once the job stalled again on
+/// it. So both sinks retried and backpressured the job, and the last readings of every
+/// sensor (the Redis hashes) were written after the outage: a sink that dropped writes
+/// while its service was away, instead of waiting, differs from the clean run.
 #[test]
 fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothing() {
     let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
@@ -451,18 +514,54 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
     let Some((s3, s3_env)) = s3_env() else { return };
     let stack = PrivateStack::start();
     // The archive goes to S3 here (the kill test archives into a directory).
-    let t = Target::new("restart", &stack.pg_url(), &stack.redis_url()).on_s3(s3, s3_env);
+    let mut t = Target::new("restart", &stack.pg_url(), &stack.redis_url()).on_s3(s3, s3_env);
+    let port = free_port();
+    t.ui_port = Some(port);
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
     let child = t.spawn(false);
-    std::thread::sleep(Duration::from_millis(1500));
-    stack.services("stop");
-    std::thread::sleep(Duration::from_millis(1500));
-    stack.services("start");
+    // Mid-run: the sinks have written, most of the input is still to come.
+    let started = wait_until(&agent, port, |p| p.generated >= 600);
+    stack.services("stop", &["postgres", "redis"]);
+    let first = wait_stalled(&agent, port, "both down", |p| {
+        p.postgres_retries > started.postgres_retries || p.redis_retries > started.redis_retries
+    });
+    // The sink that waits holds the chain; bring its service back and the other one's
+    // turn comes.
+    let (back, other) = if first.postgres_retries > started.postgres_retries {
+        ("postgres", "redis")
+    } else {
+        ("redis", "postgres")
+    };
+    stack.services("start", &[back]);
+    let second = wait_stalled(&agent, port, &format!("{other} down"), |p| {
+        p.postgres_retries > started.postgres_retries && p.redis_retries > started.redis_retries
+    });
+    stack.services("start", &[other]);
+    eprintln!("outage: from {started:?}, stalled on both at {first:?}, {back} back, stalled on {other} at {second:?}");
     let (status, err) = wait(child);
     assert!(status.success(), "the job survives the outage: {err}");
-    assert!(err.contains("retrying"), "the sinks logged their retries: {err}");
+    assert!(second.generated < RECORDS, "the outage ended before the input did: {second:?}");
+    for sink in ["readings-postgres", "readings-redis"] {
+        let named = format!("`{sink}`");
+        let logged = err.lines().any(|l| l.contains(&named) && l.contains("retrying"));
+        assert!(logged, "{sink} logged its retries: {err}");
+    }
     let got = t.results();
     t.cleanup_archive();
     assert_same(&got, want, "PostgreSQL and Redis restarted");
+}
+
+/// Polls the job's metrics until `ready` holds (30 s at most).
+fn wait_until(agent: &ureq::Agent, port: u16, ready: impl Fn(&Progress) -> bool) -> Progress {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(p) = progress(agent, port).filter(|p| ready(p)) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "the job's metrics never got there: {:?}", progress(agent, port));
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A permanent failure (an unknown role) fails the job at once, naming the sink and the cause.
