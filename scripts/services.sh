@@ -401,6 +401,33 @@ postgres_post_start() {
     psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'CREATE DATABASE caudal' >/dev/null \
       || die "could not create database caudal"
   fi
+  postgres_password_role
+}
+
+# Everyone connects without a password (trust) except the role caudal_pw (password caudal_pw),
+# which must authenticate with scram-sha-256 over TCP: the tests of a wrong password use it.
+# Added to an existing data directory too (the rule goes first: pg_hba.conf is first-match).
+PG_PASSWORD_ROLE=caudal_pw
+postgres_password_role() {
+  local hba="$STACK/postgres/data/pg_hba.conf" tmp has
+  if ! grep -q "^host all $PG_PASSWORD_ROLE " "$hba"; then
+    tmp=$(mktemp)
+    { printf '# scripts/services.sh: role %s authenticates with a password\n' "$PG_PASSWORD_ROLE"
+      printf 'host all %s 127.0.0.1/32 scram-sha-256\n' "$PG_PASSWORD_ROLE"
+      printf 'host all %s ::1/128 scram-sha-256\n' "$PG_PASSWORD_ROLE"
+      cat "$hba"; } >"$tmp"
+    cat "$tmp" >"$hba"   # rewritten in place: the file keeps its owner
+    rm -f "$tmp"
+    psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'SELECT pg_reload_conf()' >/dev/null \
+      || die "could not reload pg_hba.conf"
+  fi
+  has=$(psql -X -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -tAc \
+        "SELECT 1 FROM pg_roles WHERE rolname = '$PG_PASSWORD_ROLE'" 2>/dev/null || true)
+  if [[ $has != 1 ]]; then
+    psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c \
+      "SET password_encryption = 'scram-sha-256'; CREATE ROLE $PG_PASSWORD_ROLE LOGIN PASSWORD '$PG_PASSWORD_ROLE'" \
+      >/dev/null || die "could not create role $PG_PASSWORD_ROLE"
+  fi
 }
 
 postgres_stop() {
@@ -578,6 +605,10 @@ cmd_start() {
     declare -F "${s}_post_start" >/dev/null && "${s}_post_start"
     info "$s ready in $((SECONDS - t0))s"
   done
+  # A PostgreSQL that already ran gets what newer versions of this script set up.
+  if [[ " $* " == *" postgres "* && " ${started[*]} " != *" postgres "* ]]; then
+    POSTGRES_PORT=$(running_port postgres) postgres_post_start
+  fi
   write_env
   print_status "$@" || true
   say "env: $STACK/stack.env  (source it, or: eval \"\$(scripts/services.sh env)\")"

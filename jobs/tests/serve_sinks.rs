@@ -584,3 +584,32 @@ fn an_unknown_postgres_role_fails_the_job_naming_the_sink_and_the_cause() {
     assert!(!status.success());
     assert!(err.contains("PostgreSQL sink") && err.contains("no_such_role_caudal"), "{err}");
 }
+
+/// A wrong password (for the role scripts/services.sh creates with one) fails the job at
+/// once, naming the sink and the cause.
+#[test]
+fn a_wrong_postgres_password_fails_the_job_naming_the_sink_and_the_cause() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let pg: tokio_postgres::Config = pg.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let url = format!("postgres://caudal_pw:wrong@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
+    let t = Target::new("badpassword", &url, &redis);
+    let started = Instant::now();
+    let (status, err) = wait(t.spawn(false));
+    t.cleanup_redis();
+    assert!(!status.success());
+    assert!(
+        ["readings-postgres", "windows-postgres"]
+            .iter()
+            .any(|s| err.contains(&format!("PostgreSQL sink `{s}`")))
+            && err.contains("password authentication failed"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "not retried as if transient");
+}

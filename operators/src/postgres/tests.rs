@@ -1,7 +1,8 @@
 //! The PostgreSQL sink against the real database (`CAUDAL_POSTGRES_URL`): epochs visible
 //! on completion, restore commits what the checkpoint recorded and rolls back what is
-//! newer, a lost epoch fails loudly, a fresh start clears earlier runs, permanent
-//! failures name the sink.
+//! newer, a lost epoch fails loudly, a fresh start clears earlier runs, a restart in the
+//! same process clears the failed run, permanent failures (unknown role, wrong password,
+//! missing permission) name the sink and the cause.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{PostgresSink, PostgresSinkConfig};
@@ -248,6 +249,48 @@ fn an_unknown_role_fails_at_once_naming_the_sink_and_the_cause() {
     let mut ctx = context(&db.job(), 0, None);
     let e = sink.on_start(&mut ctx).unwrap_err().to_string();
     assert!(e.contains("PostgreSQL sink") && e.contains("no_such_role_caudal"), "{e}");
+}
+
+/// The role scripts/services.sh creates with a password (scram-sha-256 over TCP, while
+/// every other role is trusted).
+const PASSWORD_ROLE: &str = "caudal_pw";
+
+#[test]
+fn a_wrong_password_fails_at_once_naming_the_sink_and_the_cause() {
+    let Some(db) = Db::open("pg_password") else { return };
+    let exists = db
+        .rt
+        .block_on(db.client.query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&PASSWORD_ROLE]))
+        .unwrap();
+    assert!(
+        exists.is_some(),
+        "no role {PASSWORD_ROLE}: run scripts/services.sh start postgres (it creates it)"
+    );
+    let pg: tokio_postgres::Config = db.url.parse().unwrap();
+    let host = match &pg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let url = |password: &str| {
+        format!(
+            "postgres://{PASSWORD_ROLE}:{password}@{host}:{}/{}",
+            pg.get_ports()[0],
+            pg.get_dbname().unwrap()
+        )
+    };
+    // The right password gets in (the role may not create the schema: that fails later).
+    let mut config = db.config();
+    config.url = url(PASSWORD_ROLE);
+    let e = config.build::<Reading>().unwrap().on_start(&mut context(&db.job(), 0, None)).err();
+    let e = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(!e.contains("password authentication failed"), "{e}");
+    config.url = url("wrong");
+    let started = std::time::Instant::now();
+    let e = config.build::<Reading>().unwrap().on_start(&mut context(&db.job(), 0, None)).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("PostgreSQL sink `sink`[0]") && e.contains("password authentication failed"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "not retried as if transient");
 }
 
 #[test]

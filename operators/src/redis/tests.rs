@@ -1,6 +1,6 @@
 //! The Redis sink against the real server (`CAUDAL_REDIS_URL`): forward-only in event
-//! time, newest of a batch wins, a forgotten script is reloaded, a wrong password fails
-//! at once naming the sink.
+//! time, newest of a batch wins, a forgotten script is reloaded, a wrong password or a
+//! user without permission for the sink's commands (NOPERM) fails at once naming the sink.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{HashFields, RedisHash, RedisSink, RedisSinkConfig};
@@ -115,6 +115,38 @@ fn a_wrong_password_fails_at_once_naming_the_sink() {
     let mut sink = RedisSinkConfig::new(url).build::<Reading>().unwrap();
     let e = sink.on_start(&mut context("redis-test", 0, None)).unwrap_err().to_string();
     assert!(e.contains("Redis sink") && e.to_lowercase().contains("pass"), "{e}");
+}
+
+#[test]
+fn a_user_without_permission_for_the_sinks_commands_fails_at_once_naming_the_sink_and_noperm() {
+    let Some(mut s) = setup("redis_noperm") else { return };
+    // An ACL user that may log in (and, the second time, load the script) but not run the
+    // sink's other commands.
+    let user = unique("noperm");
+    let mut acl = |rules: &[&str]| {
+        let () =
+            ::redis::cmd("ACL").arg("SETUSER").arg(&user).arg("reset").arg(rules).query(&mut s.conn).unwrap();
+    };
+    acl(&["on", ">secret", "~*", "+@connection"]);
+    let url = s.url.replacen("redis://", &format!("redis://{user}:secret@"), 1);
+    let mut c = RedisSinkConfig::new(&url);
+    c.key_prefix = s.prefix.clone();
+    let mut ctx = context("redis-test", 0, None);
+    let started = std::time::Instant::now();
+    let on_start = c.build::<Reading>().unwrap().on_start(&mut ctx).map_err(|e| e.to_string());
+    acl(&["on", ">secret", "~*", "+@connection", "+script|load"]);
+    let mut sink = c.build::<Reading>().unwrap();
+    let write = sink.on_start(&mut ctx).and_then(|()| sink.write_batch(vec![reading(1, 1, 1.0)], &mut ctx));
+    let () = ::redis::cmd("ACL").arg("DELUSER").arg(&user).query(&mut s.conn).unwrap();
+    for (what, result) in [("connecting", on_start), ("writing", write.map_err(|e| e.to_string()))] {
+        let e = result.expect_err(what);
+        assert!(
+            e.contains("Redis sink `sink`[0]") && e.contains(what) && e.to_uppercase().contains("NOPERM"),
+            "{e}"
+        );
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "not retried as if transient");
+    assert!(s.hash(1).is_empty(), "nothing written");
 }
 
 #[test]
