@@ -1,9 +1,11 @@
 //! The temperature job with its PostgreSQL, Redis and archive sinks against the real
-//! services (`scripts/services.sh env`): SIGKILLed at random moments and restored, the
-//! tables, hashes and Avro files equal those of an uninterrupted run; PostgreSQL and Redis
-//! stopped and started again mid-run (private instances on ports of their own; the archive
-//! on the stack's S3 this time), the job retries, backpressures and ends with the same
-//! results.
+//! services (`scripts/services.sh env`): SIGKILLed at random moments and restored (the
+//! archive on the stack's S3), the tables, hashes and Avro objects equal those of an
+//! uninterrupted run (the archive into a directory), and no in-progress object is left;
+//! crashed inside the commit window, likewise; PostgreSQL and Redis stopped mid-run
+//! (private instances on ports of their own) until the job stalled on each, the job retries,
+//! backpressures and ends with the same results; a wrong password or an unknown role fails
+//! the job at once naming the sink and the cause.
 //!
 //! Without the services' variables the tests print why and pass, unless
 //! `CAUDAL_REQUIRE_STACK` is set (CI).
@@ -194,6 +196,13 @@ impl Target {
         );
     }
 
+    /// The archive's in-progress objects (none once a run finished).
+    fn in_progress(&self) -> Vec<String> {
+        let store =
+            (CheckpointStorageConfig { url: self.archive.clone(), s3: self.s3.clone() }).build().unwrap();
+        store.list("_inprogress").unwrap().into_iter().map(|e| e.path).collect()
+    }
+
     /// Deletes the archived objects (S3 runs; directories go with the temp dir).
     fn cleanup_archive(&self) {
         if let Ok(store) =
@@ -354,7 +363,10 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
         return;
     };
     let want = clean(&pg, &redis);
-    let t = Target::new("killed", &pg, &redis);
+    let Some((s3, s3_env)) = s3_env() else { return };
+    // The archive goes to S3: publish (copy, delete) and the restore's listing and deletion
+    // of in-progress objects run against a real object store under SIGKILL.
+    let t = Target::new("killed", &pg, &redis).on_s3(s3, s3_env);
     let mut seed = 0xdecaf;
     let mut kills = 0;
     while kills < 4 {
@@ -375,8 +387,11 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
     assert!(kills >= 2, "the job finished too early to be killed ({kills} kills)");
     t.finish();
     let got = t.results();
+    let in_progress = t.in_progress();
     t.cleanup();
+    t.cleanup_archive();
     assert_same(&got, want, &format!("after {kills} kills"));
+    assert!(in_progress.is_empty(), "in-progress objects left behind: {in_progress:?}");
 }
 
 /// Crashes (abort, like SIGKILL) inside the commit window of checkpoint 2 — after its
@@ -513,7 +528,7 @@ fn postgres_and_redis_stopped_and_started_mid_run_the_job_waits_and_loses_nothin
     let want = clean(&pg, &redis);
     let Some((s3, s3_env)) = s3_env() else { return };
     let stack = PrivateStack::start();
-    // The archive goes to S3 here (the kill test archives into a directory).
+    // The archive goes to S3 here (the crash-window test archives into a directory).
     let mut t = Target::new("restart", &stack.pg_url(), &stack.redis_url()).on_s3(s3, s3_env);
     let port = free_port();
     t.ui_port = Some(port);
