@@ -263,3 +263,36 @@ fn a_panic_in_a_chained_operator_names_that_operator() {
     assert!(err.contains("task `numbers`"), "{err}");
     assert!(err.contains("bad reading 42"), "{err}");
 }
+
+/// Records the attempt id each sink subtask was started with.
+struct RecordAttempt(Arc<parking_lot::Mutex<Vec<String>>>);
+impl Sink for RecordAttempt {
+    type In = u64;
+    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.0.lock().push(ctx.attempt.clone());
+        Ok(())
+    }
+    fn write_batch(&mut self, _batch: Batch<u64>, _ctx: &mut OperatorContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_subtask_of_a_run_shares_its_attempt_id_and_every_run_gets_a_new_one() {
+    let runs: Vec<BTreeSet<String>> = (0..2)
+        .map(|_| {
+            let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let env = StreamEnv::with_config(config(3));
+            let s = seen.clone();
+            env.from_iter("numbers", 0..10u64)
+                .rebalance()
+                .sink("record", move |_| Ok(RecordAttempt(s.clone())));
+            env.execute("attempts").unwrap();
+            let ids: Vec<String> = seen.lock().clone();
+            assert_eq!(ids.len(), 3, "one per subtask");
+            ids.into_iter().collect()
+        })
+        .collect();
+    assert!(runs.iter().all(|r| r.len() == 1), "one id per run: {runs:?}");
+    assert_ne!(runs[0], runs[1], "a second run in the same process is another attempt");
+}
