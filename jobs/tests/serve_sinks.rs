@@ -607,6 +607,8 @@ fn a_wrong_postgres_password_fails_the_job_naming_the_sink_and_the_cause() {
     let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
         return;
     };
+    let role = pg_rows(&pg, "SELECT 1 FROM pg_roles WHERE rolname = 'caudal_pw'");
+    assert!(!role.is_empty(), "no role caudal_pw: run scripts/services.sh start postgres (it creates it)");
     let pg: tokio_postgres::Config = pg.parse().unwrap();
     let host = match &pg.get_hosts()[0] {
         tokio_postgres::config::Host::Tcp(h) => h.clone(),
