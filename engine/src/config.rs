@@ -37,7 +37,7 @@ pub struct JobConfig {
     /// keeps a latency histogram (p50/p99/max in the REST API and `/metrics`); `None`
     /// disables them (`CAUDAL__LATENCY_MARKER_INTERVAL_MS`, 0 disables). Default 200 ms.
     pub latency_marker_interval: Option<Duration>,
-    /// Tests only: abort the process at this crash point of this checkpoint
+    /// Tests only: SIGKILL the process at this crash point of this checkpoint
     /// (`CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>`, see [`crate::crash`]).
     pub crash_at: Option<(String, u64)>,
 }

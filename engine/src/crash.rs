@@ -1,8 +1,9 @@
 //! Crash points of the checkpoint protocol, for recovery tests.
 //!
 //! A test sets `CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>` (read by the `JobConfig` loader);
-//! when the job reaches that point of that checkpoint the process aborts at once — no
-//! destructor, no flush — exactly like a SIGKILL there. Unset, a point costs one atomic load.
+//! when the job reaches that point of that checkpoint the process sends itself SIGKILL —
+//! no destructor, no flush, no signal handler, no core dump: what `kill -9` or the OOM killer
+//! does there. Unset, a point costs one atomic load.
 
 use crate::types::CheckpointId;
 use std::sync::OnceLock;
@@ -30,13 +31,19 @@ pub(crate) fn install(point: &str, checkpoint: u64) {
     let _ = CRASH_AT.set((point.to_string(), checkpoint));
 }
 
-/// Abort the process if `name` at `checkpoint` is the armed crash point.
+/// Kill the process if `name` at `checkpoint` is the armed crash point.
 #[inline]
 pub fn point(name: &str, checkpoint: CheckpointId) {
-    if let Some((p, c)) = CRASH_AT.get() {
-        if p == name && *c == checkpoint.0 {
-            eprintln!("caudal: crash point {name} at checkpoint {c}: aborting");
-            std::process::abort();
-        }
+    if CRASH_AT.get().is_some_and(|(p, c)| p == name && *c == checkpoint.0) {
+        eprintln!("caudal: crash point {name} at checkpoint {checkpoint}: killing the process (SIGKILL)");
+        kill_self();
     }
+}
+
+/// SIGKILL to this process: it cannot be caught, so nothing of the process runs after it.
+fn kill_self() -> ! {
+    let _ = signal_hook::low_level::raise(signal_hook::consts::SIGKILL);
+    // Not reached: SIGKILL is delivered before raise returns. Should it fail, abort still
+    // ends the process without unwinding.
+    std::process::abort()
 }

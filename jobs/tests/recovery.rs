@@ -56,7 +56,7 @@ fn crash_at(point: &str) {
         false,
         &[("CAUDAL__TEST_CRASH_AT", format!("{point}:2"))],
     ));
-    assert_eq!(status.signal(), Some(6), "the crash point {point} was not reached: {status} {err}");
+    assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
     assert!(err.contains(point), "{err}");
     finish(&d, 2);
     assert_equals_clean(&d, point);
@@ -83,7 +83,7 @@ fn crash_during_the_async_upload() {
         false,
         &[("CAUDAL__TEST_CRASH_AT", "during-async-upload:3".into())],
     ));
-    assert_eq!(status.signal(), Some(6), "the crash point was not reached: {status} {err}");
+    assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
     finish(&d, 2);
     assert_equals_clean(&d, "crash during the async upload");
     assert_shared_files_all_referenced(&d.ckpt);
@@ -117,7 +117,7 @@ fn crash_during_restore() {
         true,
         &[("CAUDAL__TEST_CRASH_AT", format!("during-restore:{latest}"))],
     ));
-    assert_eq!(status.signal(), Some(6), "restore crash point not reached: {err}");
+    assert_eq!(status.signal(), Some(9), "restore crash point not reached: {err}");
     finish(&d, 2);
     assert_equals_clean(&d, "crash during restore");
 }

@@ -394,7 +394,7 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
     assert!(in_progress.is_empty(), "in-progress objects left behind: {in_progress:?}");
 }
 
-/// Crashes (abort, like SIGKILL) inside the commit window of checkpoint 2 — after its
+/// Crashes (SIGKILL) inside the commit window of checkpoint 2 — after its
 /// metadata is durable but before any sink heard of it, and while the sinks commit — then
 /// restores until the end. Only the PostgreSQL and archive sinks run their commit there
 /// (`--sink discard`): the restore must commit what checkpoint 2 prepared, exactly once.
@@ -409,7 +409,7 @@ fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
         t.extra = vec!["--sink".into(), "discard".into()];
         t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), format!("{point}:2"))];
         let (status, err) = wait(t.spawn(false));
-        assert_eq!(status.signal(), Some(6), "the crash point {point} was not reached: {status} {err}");
+        assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
         t.env.clear();
         t.finish();
         let got = t.results();
