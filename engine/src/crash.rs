@@ -8,6 +8,9 @@
 use crate::types::CheckpointId;
 use std::sync::OnceLock;
 
+/// A sink wrote records of epoch `n` — after barrier `n − 1`, before barrier `n` reached it
+/// — into its open transaction, and they are at the broker (the Kafka sink).
+pub const BEFORE_SINK_BARRIER: &str = "before-sink-barrier";
 /// A task snapshotted its operators for the checkpoint but has not acked it yet.
 pub const AFTER_SNAPSHOT_BEFORE_ACK: &str = "after-snapshot-before-ack";
 /// A sink flushed and pre-committed its epoch (the barrier passed it).
@@ -31,10 +34,17 @@ pub(crate) fn install(point: &str, checkpoint: u64) {
     let _ = CRASH_AT.set((point.to_string(), checkpoint));
 }
 
+/// Whether `name` at `checkpoint` is the armed crash point: for a point that must prepare
+/// what it crashes with (e.g. flush records to a broker) before [`point`].
+#[inline]
+pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
+    CRASH_AT.get().is_some_and(|(p, c)| p == name && *c == checkpoint.0)
+}
+
 /// Kill the process if `name` at `checkpoint` is the armed crash point.
 #[inline]
 pub fn point(name: &str, checkpoint: CheckpointId) {
-    if CRASH_AT.get().is_some_and(|(p, c)| p == name && *c == checkpoint.0) {
+    if armed(name, checkpoint) {
         eprintln!("caudal: crash point {name} at checkpoint {checkpoint}: killing the process (SIGKILL)");
         kill_self();
     }

@@ -151,7 +151,10 @@ impl<T: Data> Sink for KafkaSink<T> {
         }
         ctx.metrics.add_bytes_out(bytes);
         match &self.mode {
-            Mode::Transactional(txns) => txns.poll(),
+            Mode::Transactional(txns) => {
+                txns.poll();
+                txns.crash_point_before_barrier()?;
+            }
             Mode::Plain(producer) => {
                 producer.poll();
                 producer.check_deliveries()?;

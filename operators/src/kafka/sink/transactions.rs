@@ -182,6 +182,19 @@ impl Transactions {
         Ok(())
     }
 
+    /// The crash point "before the barrier" ([`crash::BEFORE_SINK_BARRIER`]): records of
+    /// epoch `n` are in the open transaction at the broker, barrier `n` has not arrived.
+    pub(crate) fn crash_point_before_barrier(&self) -> Result<()> {
+        let epoch = CheckpointId(self.last_barrier + 1);
+        if let Some(txn) = self.open.as_ref().filter(|t| t.records > 0) {
+            if crash::armed(crash::BEFORE_SINK_BARRIER, epoch) {
+                txn.producer.flush()?;
+                crash::point(crash::BEFORE_SINK_BARRIER, epoch);
+            }
+        }
+        Ok(())
+    }
+
     /// Barrier `checkpoint`: flush the open transaction and move it to pending; return the
     /// snapshot listing every pending transaction.
     pub(crate) fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<SinkSnapshot> {
