@@ -1,6 +1,7 @@
 //! What the Kafka source does with what producers really send: garbage and unknown schema
 //! ids are counted and dead-lettered while the job keeps running; a producer moving to a
-//! new, BACKWARD-compatible schema version (an added field with a default) keeps being read.
+//! new, BACKWARD-compatible schema version (an added field with a default) while the job
+//! runs keeps being read by that same running job.
 //!
 //! Needs the test stack (`scripts/services.sh start`); skipped without it unless
 //! `CAUDAL_REQUIRE_STACK` is set.
@@ -16,12 +17,18 @@ use kafka_support::{create_topic, produce_raw, read_committed_with_headers, stac
 use serde::Serialize;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 fn produce_readings(stack: &Stack, topic: &str, records: u64, seed: u64) {
+    produce_readings_with(stack, topic, records, seed, &[]);
+}
+
+fn produce_readings_with(stack: &Stack, topic: &str, records: u64, seed: u64, extra: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
         .args(["produce", "--topic", topic, "--sensors", "10", "--rate", "0"])
         .args(["--records", &records.to_string(), "--seed", &seed.to_string()])
         .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(extra)
         .output()
         .unwrap();
     assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -46,10 +53,10 @@ fn run_job(stack: &Stack, topic: &str, out: &Path, extra: &[&str]) -> String {
     err
 }
 
-/// Lines of every published file under `dir`.
+/// Lines of every published file under `dir` (none while it does not exist).
 fn lines(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if e.path().extension().is_some_and(|x| x == "jsonl") {
             out.extend(std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_owned));
         }
@@ -130,22 +137,10 @@ const READING_V2: &str = r#"{"type":"record","name":"SensorReading","namespace":
     {"name":"temp_f","type":"double"},
     {"name":"unit","type":"string","default":"F"}]}"#;
 
-#[test]
-fn a_producer_moving_to_a_compatible_schema_version_keeps_being_read() {
-    let Some(stack) = stack() else { return };
-    let topic = unique("evolve-in");
-    create_topic(&stack, &topic, 2);
-    produce_readings(&stack, &topic, 400, 3);
-
-    // Version 2 is accepted under BACKWARD and gets its own id.
-    let client = RegistryClient::new(&stack.registry).unwrap();
-    let subject = subject_for_topic(&topic);
-    let v1 = client.latest(&subject).unwrap();
-    let v2_id = client.register_json(&subject, READING_V2).unwrap();
-    assert_ne!(v2_id, v1.id);
-    assert_eq!(client.latest(&subject).unwrap().version, 2);
+/// `records` readings of sensors 1000–1004 as a producer on version 2 writes them.
+fn v2_records(v2_id: u32, records: i64) -> Vec<(Vec<u8>, Vec<u8>)> {
     let v2 = Schema::parse_str(READING_V2).unwrap();
-    let records: Vec<_> = (0..200i64)
+    (0..records)
         .map(|i| {
             let r = ReadingV2 {
                 sensor_id: 1000 + i % 5,
@@ -160,13 +155,66 @@ fn a_producer_moving_to_a_compatible_schema_version_keeps_being_read() {
             bytes.extend(encode_generic(&v2, &r).unwrap());
             (r.sensor_id.to_string().into_bytes(), bytes)
         })
-        .collect();
-    produce_raw(&stack, &topic, 1, &records);
+        .collect()
+}
 
+/// Waits (at most a minute) until the job published `want` readings matching `pick`.
+fn wait_for_readings(dir: &Path, want: usize, what: &str, pick: impl Fn(&str) -> bool) {
+    let start = Instant::now();
+    loop {
+        let got = lines(dir).iter().filter(|l| pick(l)).count();
+        if got == want {
+            return;
+        }
+        assert!(got < want, "{got} {what} published, more than the {want} produced");
+        assert!(start.elapsed() < Duration::from_secs(60), "{got} of {want} {what} published after a minute");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_running_job_keeps_reading_a_producer_that_moves_to_a_compatible_schema_version() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("evolve-in");
+    create_topic(&stack, &topic, 2);
+    // Version 1 (no faulty readings: every one reaches the output).
+    produce_readings_with(&stack, &topic, 400, 3, &["--faulty-fraction", "0"]);
+
+    // The job runs unbounded: it is the same process before and after the change.
     let dir = tempfile::tempdir().unwrap();
-    let err = run_job(&stack, &topic, dir.path(), &[]);
+    let stderr_path = dir.path().join("stderr");
+    let mut job = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["--source", "kafka", "--input-topic", &topic])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
+        .arg("--output")
+        .arg(dir.path().join("results"))
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("ckpt"))
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let readings = dir.path().join("results/readings");
+    let is_v2 = |l: &str| l.contains("\"sensor_id\":100");
+    wait_for_readings(&readings, 400, "version-1 readings", |l| !is_v2(l));
+
+    // Version 2 is registered while the job runs, accepted under BACKWARD, with its own id.
+    let client = RegistryClient::new(&stack.registry).unwrap();
+    let subject = subject_for_topic(&topic);
+    let v1 = client.latest(&subject).unwrap();
+    let v2_id = client.register_json(&subject, READING_V2).unwrap();
+    assert_ne!(v2_id, v1.id);
+    assert_eq!(client.latest(&subject).unwrap().version, 2);
+    produce_raw(&stack, &topic, 1, &v2_records(v2_id, 200));
+    wait_for_readings(&readings, 200, "version-2 readings", is_v2);
+    assert!(job.try_wait().unwrap().is_none(), "the job stopped by itself");
+
+    // A clean stop (SIGTERM: final checkpoint, exit 0).
+    let pid = job.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = job.wait().unwrap();
+    let err = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "the stopped job failed: {status} {err}");
     assert_eq!(read_count(&err), 600, "v1 and v2 records are all read: {err}");
-    let readings = lines(&dir.path().join("results/readings"));
-    let v2_sensors = readings.iter().filter(|l| l.contains("\"sensor_id\":100")).count();
-    assert_eq!(v2_sensors, 200, "every version-2 reading came through");
+    assert_eq!(lines(&readings).len(), 600, "each reading published once");
 }
