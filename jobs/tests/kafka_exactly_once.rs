@@ -11,7 +11,7 @@
 
 mod kafka_support;
 
-use kafka_support::{create_topic, read_committed, stack, unique, Stack};
+use kafka_support::{create_topic, end_offsets, read_committed, stack, unique, Stack};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -324,5 +324,13 @@ fn a_transaction_timeout_above_the_brokers_maximum_is_refused_naming_it() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("transaction.max.timeout.ms"), "{err}");
+    // The startup check read the broker's maximum: the error names both settings with
+    // their values (the refusal at init_transactions could not say the broker's).
+    assert!(err.contains("transaction.timeout.ms = 7200000 ms"), "{err}");
+    assert!(err.contains("transaction.max.timeout.ms = 3600000 ms"), "{err}");
+    assert!(err.contains("checked at start"), "{err}");
+    // It failed before processing: nothing reached the output topics, not even a
+    // transaction that was aborted.
+    assert_eq!(end_offsets(&stack, &run.readings), [0, 0], "readings were written");
+    assert_eq!(end_offsets(&stack, &run.windows), [0, 0], "windows were written");
 }

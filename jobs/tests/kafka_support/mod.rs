@@ -124,6 +124,15 @@ pub fn read_committed_with_headers(stack: &Stack, topic: &str) -> Vec<ReadRecord
     out
 }
 
+/// Each partition's end offset (high watermark) of `topic`, by partition: 0 everywhere means
+/// nothing was ever written, not even an aborted transaction or its marker.
+pub fn end_offsets(stack: &Stack, topic: &str) -> Vec<i64> {
+    let (consumer, partitions) = consumer(stack, topic);
+    (0..partitions as i32)
+        .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1)
+        .collect()
+}
+
 /// Writes raw (key, value) records into partition `partition` of `topic`.
 pub fn produce_raw(stack: &Stack, topic: &str, partition: i32, records: &[(Vec<u8>, Vec<u8>)]) {
     let producer: BaseProducer =

@@ -6,8 +6,10 @@
 //! snapshot; when `n` completes it is committed. A restore from `n` commits what `n`
 //! recorded as pending (the crash may have hit between "complete" and "committed") and
 //! aborts anything newer, before the first record is written. Readers use
-//! `isolation.level=read_committed`.
+//! `isolation.level=read_committed`. At start the sink checks its `transaction.timeout.ms`
+//! against the checkpoint cycle and against the brokers' `transaction.max.timeout.ms`.
 
+mod broker_limits;
 mod config;
 mod producer;
 mod recovery;
@@ -104,6 +106,7 @@ impl<T: Data> Sink for KafkaSink<T> {
         self.serializer.open(&self.config.topic)?;
         self.mode = match self.config.delivery {
             DeliveryGuarantee::ExactlyOnce => {
+                broker_limits::check_broker_max_timeout(&self.config)?;
                 let coordinator =
                     TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout);
                 let prefix = self.prefix(ctx);
