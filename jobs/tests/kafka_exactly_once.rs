@@ -11,7 +11,10 @@
 
 mod kafka_support;
 
-use kafka_support::{create_topic, end_offsets, read_committed, stack, unique, Stack};
+use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
+use kafka_support::{committed_offsets, create_topic, end_offsets, read_committed, stack, unique, Stack};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, Producer};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -46,6 +49,8 @@ struct Run {
     checkpoint_interval: &'static str,
     /// `--max-records-per-second`: bounds how far one run gets before it is killed.
     max_rate: Option<&'static str>,
+    /// More arguments (e.g. `--delivery at-least-once`).
+    extra: Vec<&'static str>,
     readings: String,
     windows: String,
     ckpt: tempfile::TempDir,
@@ -56,6 +61,7 @@ fn new_run(stack: &Stack, name: &str) -> Run {
         input: input(stack).to_owned(),
         checkpoint_interval: "0.1",
         max_rate: None,
+        extra: Vec::new(),
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
         ckpt: tempfile::tempdir().unwrap(),
@@ -82,6 +88,7 @@ fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Chi
     if let Some(rate) = run.max_rate {
         cmd.args(["--max-records-per-second", rate]);
     }
+    cmd.args(&run.extra);
     if let Some(point) = crash_at {
         cmd.env("CAUDAL__TEST_CRASH_AT", point);
     }
@@ -333,4 +340,118 @@ fn a_transaction_timeout_above_the_brokers_maximum_is_refused_naming_it() {
     // transaction that was aborted.
     assert_eq!(end_offsets(&stack, &run.readings), [0, 0], "readings were written");
     assert_eq!(end_offsets(&stack, &run.windows), [0, 0], "windows were written");
+}
+
+/// The consumer group the temperature job's Kafka source commits its offsets to.
+const SOURCE_GROUP: &str = "caudal-temperature-kafka-readings";
+
+#[test]
+fn the_source_commits_its_offsets_to_the_consumer_group_when_checkpoints_complete() {
+    let Some(stack) = stack() else { return };
+    let input = produce(&stack, "group-in", 20_000);
+    let none = vec![None; PARTITIONS as usize];
+    assert_eq!(committed_offsets(&stack, SOURCE_GROUP, &input), none, "a new topic has no offsets");
+    // At most 20k readings/s: the job cannot finish before its first checkpoint.
+    let run = Run { input, max_rate: Some("20000"), ..new_run(&stack, "group") };
+
+    // Killed before its first checkpoint completed: nothing committed to the group.
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-snapshot-before-ack:1")));
+    assert_eq!(status.signal(), Some(9), "the job was not killed: {status} {err}");
+    assert!(!has_checkpoint(&run), "checkpoint 1 completed");
+    assert_eq!(committed_offsets(&stack, SOURCE_GROUP, &run.input), none, "committed before a checkpoint");
+
+    // Run to the end: the last checkpoint's offsets are each partition's end offset.
+    finish(&stack, &run);
+    let ends: Vec<_> = end_offsets(&stack, &run.input).into_iter().map(Some).collect();
+    assert!(ends.iter().all(|e| e.unwrap_or(0) > 0), "{ends:?}");
+    assert_eq!(committed_offsets(&stack, SOURCE_GROUP, &run.input), ends, "committed offsets of the group");
+}
+
+/// Fences every open transaction of the sinks' transactional ids (`<prefix>-{readings,
+/// windows}-<subtask>-<index>`), as another producer calling `init_transactions` with the
+/// same id would; returns the ids fenced.
+fn fence_open_transactions(stack: &Stack, prefix: &str) -> Vec<String> {
+    let coordinator = TxnCoordinatorClient::new(&stack.brokers, Duration::from_secs(10));
+    let mut fenced = Vec::new();
+    for folder in ["readings", "windows"] {
+        for subtask in 0..2 {
+            for index in 0.. {
+                let id = format!("{prefix}-{folder}-{subtask}-{index}");
+                let Some(state) = coordinator.describe(&id).unwrap() else { break };
+                if state.is_open() {
+                    let producer: BaseProducer = ClientConfig::new()
+                        .set("bootstrap.servers", &stack.brokers)
+                        .set("transactional.id", &id)
+                        .create()
+                        .unwrap();
+                    producer.init_transactions(Duration::from_secs(30)).unwrap();
+                    fenced.push(id);
+                }
+            }
+        }
+    }
+    fenced
+}
+
+#[test]
+fn a_fenced_pending_transaction_fails_the_restore_saying_its_records_are_lost() {
+    let Some(stack) = stack() else { return };
+    let run = new_run(&stack, "fenced");
+    // Checkpoint 3 is complete and lists its transactions as pending; none is committed.
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert_eq!(status.signal(), Some(9), "the job was not killed: {status} {err}");
+    let fenced = fence_open_transactions(&stack, &run.readings);
+    assert!(!fenced.is_empty(), "no open transaction to fence");
+
+    let (status, err) = wait(spawn(&stack, &run, true, None));
+    assert!(!status.success(), "the restore went on with fenced transactions: {err}");
+    assert!(err.contains("can no longer be committed") && err.contains("LOST"), "{err}");
+    assert!(err.contains("of checkpoint 3"), "{err}");
+    assert!(
+        fenced.iter().any(|id| err.contains(&format!("`{id}`"))),
+        "no fenced id named ({fenced:?}): {err}"
+    );
+    eprintln!("fenced {fenced:?}; the restore said: {err}");
+}
+
+/// Each distinct record with how many times it appears.
+fn counts(records: &[(Vec<u8>, Vec<u8>)]) -> std::collections::HashMap<&(Vec<u8>, Vec<u8>), usize> {
+    let mut counts = std::collections::HashMap::new();
+    for r in records {
+        *counts.entry(r).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn at_least_once_killed_and_restored_writes_every_record_at_least_once() {
+    let Some(stack) = stack() else { return };
+    let clean = clean(&stack);
+    // Killed mid-epoch (records of the epoch already at the broker, replayed after the restore).
+    let run = Run {
+        extra: vec!["--delivery", "at-least-once"],
+        max_rate: Some("100000"),
+        ..new_run(&stack, "alo")
+    };
+    assert_eq!(kill_at_random(&stack, &run, 1, 600, 300), 1, "the job finished before the kill");
+    assert!(has_checkpoint(&run), "no checkpoint before the kill");
+    finish(&stack, &run);
+    let got = published(&stack, &run);
+    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+        eprintln!("at-least-once {name}: {} records, the clean run {}", got.len(), want.len());
+        let (got, want) = (counts(got), counts(want));
+        let missing = want.iter().filter(|(r, n)| got.get(*r).copied().unwrap_or(0) < **n).count();
+        assert_eq!(missing, 0, "at-least-once lost {missing} distinct {name} of the clean run");
+        assert_eq!(got.len(), want.len(), "{name}: records the clean run does not have");
+    }
+}
+
+#[test]
+fn delivery_none_writes_the_records_of_a_clean_run() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = Run { extra: vec!["--delivery", "none"], ..new_run(&stack, "none") };
+    let (status, err) = wait(spawn(&stack, &run, false, None));
+    assert!(status.success(), "{err}");
+    assert_equals_clean(&stack, &run, "delivery none");
 }

@@ -133,6 +133,29 @@ pub fn end_offsets(stack: &Stack, topic: &str) -> Vec<i64> {
         .collect()
 }
 
+/// The offsets `group` committed for each partition of `topic`, by partition (`None`: no
+/// commit), as a lag tool reads them.
+pub fn committed_offsets(stack: &Stack, group: &str, topic: &str) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let partitions = end_offsets(stack, topic).len() as i32;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    (0..partitions)
+        .map(|p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Writes raw (key, value) records into partition `partition` of `topic`.
 pub fn produce_raw(stack: &Stack, topic: &str, partition: i32, records: &[(Vec<u8>, Vec<u8>)]) {
     let producer: BaseProducer =
