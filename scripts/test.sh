@@ -6,7 +6,10 @@
 # 1. installs what the build and tests need from Debian (only what is missing),
 # 2. starts the test stack on loopback (Kafka, schema registry, PostgreSQL, Redis, S3),
 # 3. runs `cargo test --workspace` with the stack's addresses exported and
-#    CAUDAL_REQUIRE_STACK=1, so no test that needs a service can skip itself.
+#    CAUDAL_REQUIRE_STACK=1, so no test that needs a service can skip itself (among them
+#    schemas/tests/confluent_interop.rs: the official Confluent client, run with
+#    $CAUDAL_PYTHON, against Caudal's Avro in both directions plus check-stack.py's
+#    registry check).
 #
 # The cargo target dir defaults to ~/.cache/caudal/target (outside the clone, reused by
 # later runs); set CARGO_TARGET_DIR to change it. The stack keeps running afterwards for
