@@ -84,7 +84,7 @@ pub(crate) struct TakenKeyedSnapshot {
 
 impl KeyedState {
     pub(crate) fn new(setup: StateSetup, paths: CheckpointPaths, subtask: u32) -> Self {
-        let cache_entries = setup.config.cache_entries;
+        let cache_entries = setup.config.cache_entries();
         let location = Some((paths, setup.operator.clone(), SubtaskIndex(subtask)));
         KeyedState { slot: Arc::new(Mutex::new(Slot::Closed(Box::new(setup)))), cache_entries, location }
     }
@@ -98,7 +98,7 @@ impl KeyedState {
     pub fn from_backend(backend: Box<dyn KeyedStateBackend>) -> Self {
         KeyedState {
             slot: Arc::new(Mutex::new(Slot::Open { backend, dir: None })),
-            cache_entries: caudal_checkpoints::StateBackendConfig::default().cache_entries,
+            cache_entries: caudal_checkpoints::StateBackendConfig::default().cache_entries(),
             location: None,
         }
     }

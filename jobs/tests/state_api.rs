@@ -127,7 +127,11 @@ fn start(
             parallelism: 2,
             handle_signals: false,
             web_bind: Some(addr),
-            state: StateBackendConfig { kind, cache_entries, ..StateBackendConfig::default() },
+            state: StateBackendConfig {
+                kind,
+                cache_entries: Some(cache_entries),
+                ..StateBackendConfig::default()
+            },
             state_dir: Some(dir),
             ..JobConfig::default()
         };

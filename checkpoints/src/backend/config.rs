@@ -31,10 +31,13 @@ pub struct StateBackendConfig {
     /// `rocksdb` (default) or `heap` (also accepted as `backend`: `state.backend`).
     #[serde(alias = "backend")]
     pub kind: BackendKind,
-    /// Entries of the write-back cache in front of RocksDB per subtask (0 disables
-    /// it). Hot keys are then read and written in memory and written through at
-    /// checkpoints.
-    pub cache_entries: usize,
+    /// Keys an operator keeps deserialized in memory per subtask, written through to the
+    /// backend at checkpoints (and when there are more): also the size of the write-back cache
+    /// in front of RocksDB (0 disables it). `None` (the default): 100,000 with RocksDB, no
+    /// bound on the heap — there the backend is memory too, so the operator's objects are the
+    /// working copy and the backend holds what checkpoints write through (bounding them only
+    /// added a serialize and a map lookup per record once the keys outgrew the bound).
+    pub cache_entries: Option<usize>,
     /// RocksDB tuning.
     pub rocksdb: RocksDbConfig,
 }
@@ -43,7 +46,7 @@ impl Default for StateBackendConfig {
     fn default() -> Self {
         StateBackendConfig {
             kind: BackendKind::Rocksdb,
-            cache_entries: super::cache::DEFAULT_CACHE_ENTRIES,
+            cache_entries: None,
             rocksdb: RocksDbConfig::default(),
         }
     }
@@ -53,6 +56,14 @@ impl StateBackendConfig {
     /// Heap state, for tests.
     pub fn heap() -> Self {
         StateBackendConfig { kind: BackendKind::Heap, ..Default::default() }
+    }
+
+    /// The operator cache's size (see [`Self::cache_entries`]'s field doc).
+    pub fn cache_entries(&self) -> usize {
+        self.cache_entries.unwrap_or(match self.kind {
+            BackendKind::Rocksdb => super::cache::DEFAULT_CACHE_ENTRIES,
+            BackendKind::Heap => usize::MAX,
+        })
     }
 
     /// Checks the values; errors name the field.
@@ -98,10 +109,9 @@ impl StateBackendConfig {
     }
 
     fn wrap(&self, backend: RocksDbStateBackend) -> Box<dyn KeyedStateBackend> {
-        if self.cache_entries == 0 {
-            Box::new(backend)
-        } else {
-            Box::new(CachingBackend::new(backend, self.cache_entries))
+        match self.cache_entries() {
+            0 => Box::new(backend),
+            n => Box::new(CachingBackend::new(backend, n)),
         }
     }
 }
@@ -117,6 +127,10 @@ mod tests {
         let c: StateBackendConfig = serde_json::from_str(r#"{"backend":"heap"}"#).unwrap();
         assert_eq!(c.kind, BackendKind::Heap);
         assert_eq!(c.rocksdb, RocksDbConfig::default());
+        assert_eq!(c.cache_entries(), usize::MAX, "no bound on the heap by default");
+        let c: StateBackendConfig = serde_json::from_str(r#"{"kind":"heap","cache_entries":500}"#).unwrap();
+        assert_eq!(c.cache_entries(), 500);
+        assert_eq!(StateBackendConfig::default().cache_entries(), super::super::cache::DEFAULT_CACHE_ENTRIES);
         let c: StateBackendConfig = serde_json::from_str(r#"{"rocksdb":{"block_cache_mb":256}}"#).unwrap();
         assert_eq!(c.kind, BackendKind::Rocksdb);
         assert_eq!(c.rocksdb.block_cache_mb, 256);
