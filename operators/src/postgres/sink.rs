@@ -118,7 +118,10 @@ fn internal(what: &str) -> Failure {
     Failure::Permanent(format!("internal: {what}"))
 }
 
-/// Runs DDL; a concurrent subtask creating the same object is a reason to look again.
+/// Runs one DDL statement. Another subtask creating the same object at the same moment is
+/// success: PostgreSQL makes the second `CREATE` wait for the first one's transaction and
+/// fails it (duplicate, or a unique violation in the catalog) only once that committed, so the
+/// object exists.
 fn ddl(rt: &tokio::runtime::Runtime, timeout: Duration, client: &Client, sql: &str) -> Result<(), Failure> {
     match block_raw(rt, timeout, "creating tables", client.batch_execute(sql))? {
         Ok(()) => Ok(()),
@@ -132,7 +135,7 @@ fn ddl(rt: &tokio::runtime::Runtime, timeout: Duration, client: &Client, sql: &s
             .iter()
             .any(|s| e.code() == Some(s)) =>
         {
-            Err(Failure::Transient(format!("creating tables raced with another subtask: {e}")))
+            Ok(())
         }
         Err(e) => Err(classify("creating tables", &e)),
     }
