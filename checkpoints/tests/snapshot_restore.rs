@@ -273,3 +273,32 @@ fn scale_out_from_one_rocksdb_handle_keeps_only_the_new_range() {
     }
     assert_eq!(total, dump(t.backend.as_ref()).len());
 }
+
+/// The upload runs off the task thread while the task goes on writing: writes (and deletes)
+/// between the barrier's snapshot and its upload must not reach it (the heap backend shares
+/// its maps with the snapshot and copies a key group on its first write).
+#[test]
+fn writes_between_the_snapshot_and_its_upload_stay_out_of_it() {
+    let store = InMemoryCheckpointStore::new();
+    let paths = CheckpointPaths::under("job-b");
+    let range = KeyGroupRange::all(128);
+    let value: ValueState<String, u64> = ValueState::new("v").unwrap();
+    for kind in KINDS {
+        let mut t = open(kind, range);
+        let expected = fill(&mut t, 300, 1);
+        let before = dump(t.backend.as_ref());
+        let snap = t.backend.snapshot(&common::location(&paths, 1, 0)).unwrap();
+        fill(&mut t, 300, 2);
+        let (kg, _) = expected["sensor-7"];
+        value.clear(t.backend.as_mut(), kg, &"sensor-7".to_string(), &()).unwrap();
+        let result = snap.upload(&store).unwrap();
+        let r = restore(kind, range, &[result.handle], &store).unwrap();
+        assert_eq!(dump(r.backend.as_ref()), before, "{kind:?}");
+        check(&r, &expected);
+        // The live backend has the later writes.
+        assert_eq!(value.get(t.backend.as_ref(), kg, &"sensor-7".to_string(), &()).unwrap(), None);
+        let (kg8, _) = expected["sensor-8"];
+        assert_eq!(value.get(t.backend.as_ref(), kg8, &"sensor-8".to_string(), &()).unwrap(), Some(82));
+        store_clear(&store);
+    }
+}

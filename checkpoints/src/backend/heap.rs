@@ -1,10 +1,13 @@
 //! The heap backend: one sorted map per key group, snapshotted to one file.
 //!
-//! Meant for tests and small jobs. The synchronous snapshot part copies the maps; the
-//! upload serializes them (bincode) to `chk-<n>/<operator>/<subtask>/keyed-state.bin`.
+//! The synchronous snapshot part shares the maps with the snapshot (each key group's map is
+//! behind an `Arc`, copied on write: a key group written to while its snapshot is still
+//! being uploaded is copied then, the others never); the upload serializes them (bincode) to
+//! `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -32,7 +35,8 @@ type GroupEntries = (u16, Vec<(Vec<u8>, Vec<u8>)>);
 #[derive(Debug, Clone)]
 pub struct HeapStateBackend {
     range: KeyGroupRange,
-    groups: Vec<Group>,
+    /// Per key group of `range`, shared with snapshots being uploaded (copy on write).
+    groups: Vec<Arc<Group>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -46,7 +50,7 @@ struct HeapSnapshotFile {
 impl HeapStateBackend {
     /// An empty backend for `range`.
     pub fn new(range: KeyGroupRange) -> Self {
-        HeapStateBackend { range, groups: vec![Group::new(); range.len()] }
+        HeapStateBackend { range, groups: (0..range.len()).map(|_| Arc::default()).collect() }
     }
 
     /// A backend for `range` holding the entries of `range` found in `handles` (heap or
@@ -86,7 +90,7 @@ impl HeapStateBackend {
         if let Some(kg) = key_group_of_encoded(&key) {
             if self.range.contains(kg) {
                 let i = usize::from(kg - self.range.start);
-                self.groups[i].insert(key, value);
+                Arc::make_mut(&mut self.groups[i]).insert(key, value);
             }
         }
     }
@@ -98,7 +102,7 @@ impl HeapStateBackend {
 
     fn group_mut(&mut self, kg: u16) -> Result<&mut Group> {
         check_key_group(self.range, kg)?;
-        Ok(&mut self.groups[usize::from(kg - self.range.start)])
+        Ok(Arc::make_mut(&mut self.groups[usize::from(kg - self.range.start)]))
     }
 
     fn apply(&mut self, op: BatchOp) -> Result<()> {
@@ -265,24 +269,33 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 }
 
+/// [`HeapSnapshotFile`] as written: the same fields, entries borrowed from the shared maps
+/// (`&Vec<u8>` encodes exactly as `Vec<u8>`).
+#[derive(Serialize)]
+struct HeapSnapshotFileRef<'a> {
+    format_version: u32,
+    key_groups: KeyGroupRange,
+    groups: Vec<(u16, Vec<(&'a Vec<u8>, &'a Vec<u8>)>)>,
+}
+
 struct HeapSnapshot {
     range: KeyGroupRange,
-    groups: Vec<Group>,
+    groups: Vec<Arc<Group>>,
     checkpoint: CheckpointId,
     object: String,
 }
 
 impl StateSnapshot for HeapSnapshot {
     fn upload(self: Box<Self>, store: &dyn CheckpointStore) -> Result<SnapshotResult> {
-        let file = HeapSnapshotFile {
+        let file = HeapSnapshotFileRef {
             format_version: HEAP_FORMAT_VERSION,
             key_groups: self.range,
             groups: self
                 .range
                 .iter()
-                .zip(self.groups)
+                .zip(&self.groups)
                 .filter(|(_, g)| !g.is_empty())
-                .map(|(kg, g)| (kg, g.into_iter().collect()))
+                .map(|(kg, g)| (kg, g.iter().collect()))
                 .collect(),
         };
         let data = bincode::serde::encode_to_vec(&file, bincode::config::standard())
