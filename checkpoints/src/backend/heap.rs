@@ -275,8 +275,11 @@ impl KeyedStateBackend for HeapStateBackend {
 struct HeapSnapshotFileRef<'a> {
     format_version: u32,
     key_groups: KeyGroupRange,
-    groups: Vec<(u16, Vec<(&'a Vec<u8>, &'a Vec<u8>)>)>,
+    groups: Vec<GroupEntriesRef<'a>>,
 }
+
+/// [`GroupEntries`] borrowed.
+type GroupEntriesRef<'a> = (u16, Vec<(&'a Vec<u8>, &'a Vec<u8>)>);
 
 struct HeapSnapshot {
     range: KeyGroupRange,
