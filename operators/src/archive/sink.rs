@@ -57,7 +57,6 @@ pub struct ArchiveSink<R: 'static> {
     files: u64,
     /// This run of the job ([`OperatorContext::attempt`]).
     attempt: String,
-    attempt_override: Option<String>,
     what: String,
     checkpointing: bool,
     retries: Arc<AtomicU64>,
@@ -92,7 +91,6 @@ impl<R: AvroRecord> ArchiveSink<R> {
             subtask: 0,
             files: 0,
             attempt: String::new(),
-            attempt_override: None,
             checkpointing: false,
             retries: Arc::new(AtomicU64::new(0)),
             metrics: Arc::default(),
@@ -100,15 +98,9 @@ impl<R: AvroRecord> ArchiveSink<R> {
         }
     }
 
-    /// Tests: act as another run of the job.
-    #[cfg(test)]
-    pub(crate) fn set_attempt(&mut self, attempt: &str) {
-        self.attempt_override = Some(attempt.to_string());
-    }
-
     fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
-        self.attempt = self.attempt_override.clone().unwrap_or_else(|| ctx.attempt.clone());
+        self.attempt = ctx.attempt.clone();
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.metrics = ctx.metrics.clone();

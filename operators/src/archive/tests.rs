@@ -49,15 +49,15 @@ fn in_progress(config: &ArchiveConfig) -> usize {
     store.list(IN_PROGRESS).unwrap().len()
 }
 
-fn sink(config: &ArchiveConfig, attempt: &str) -> ArchiveSink<ProcessedReading> {
-    let mut s = config.build::<ProcessedReading>().unwrap();
-    s.set_attempt(attempt);
-    s
+/// A sink; the run it belongs to is the context's `attempt`.
+fn sink(config: &ArchiveConfig) -> ArchiveSink<ProcessedReading> {
+    config.build::<ProcessedReading>().unwrap()
 }
 
 fn lifecycle(config: &ArchiveConfig) {
     let mut ctx = context("archive-test", 0, None);
-    let mut s = sink(config, "a1");
+    ctx.attempt = "a1".into();
+    let mut s = sink(config);
     s.on_start(&mut ctx).unwrap();
     s.write_batch((0..10).map(|i| reading(i % 3, START + i * HOUR / 4)).collect(), &mut ctx).unwrap();
     s.pre_commit(CheckpointId(1), &mut ctx).unwrap();
@@ -118,7 +118,8 @@ fn on_s3_restore_publishes_the_recorded_epoch_and_discards_newer_ones() {
 fn restore_case(config: &ArchiveConfig) {
     let config = config.clone();
     let mut ctx = context("archive-test", 0, None);
-    let mut a = sink(&config, "a1");
+    ctx.attempt = "a1".into();
+    let mut a = sink(&config);
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, START), reading(2, START + 1)], &mut ctx).unwrap();
     let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
@@ -130,7 +131,8 @@ fn restore_case(config: &ArchiveConfig) {
     let mut ctx = context("archive-test", 0, Some(1));
     for attempt in ["b1", "c1"] {
         // The second restore stands for a crash during the first one.
-        let mut b = sink(&config, attempt);
+        ctx.attempt = attempt.into();
+        let mut b = sink(&config);
         b.restore(vec![chk1.clone()], &mut ctx).unwrap();
         let files = published(&config);
         let ids: Vec<i64> = files.iter().flat_map(|(_, r)| r.iter().map(|r| r.sensor_id)).collect();
@@ -168,12 +170,15 @@ fn a_missing_pre_committed_file_fails_the_restore_loudly() {
     let dir = tempfile::tempdir().unwrap();
     let config = ArchiveConfig::new(dir.path().display().to_string());
     let mut ctx = context("archive-test", 0, None);
-    let mut a = sink(&config, "a1");
+    ctx.attempt = "a1".into();
+    let mut a = sink(&config);
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, START)], &mut ctx).unwrap();
     let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
     std::fs::remove_dir_all(dir.path().join(IN_PROGRESS)).unwrap();
-    let e = sink(&config, "b1").restore(vec![chk1], &mut context("archive-test", 0, Some(1))).unwrap_err();
+    let mut ctx = context("archive-test", 0, Some(1));
+    ctx.attempt = "b1".into();
+    let e = sink(&config).restore(vec![chk1], &mut ctx).unwrap_err();
     assert!(e.to_string().contains("lost"), "{e}");
 }
 
@@ -184,7 +189,8 @@ fn a_big_epoch_is_cut_into_several_files_and_bounded_runs_publish_at_the_end() {
     config.target_file_bytes = 1024;
     let mut ctx = context("archive-test", 0, None);
     ctx.checkpointing = false;
-    let mut s = sink(&config, "a1");
+    ctx.attempt = "a1".into();
+    let mut s = sink(&config);
     s.on_start(&mut ctx).unwrap();
     for b in 0..20 {
         s.write_batch((0..100).map(|i| reading(i, START + b * 100 + i)).collect(), &mut ctx).unwrap();

@@ -11,7 +11,6 @@
 //! cannot be read the gauges go back to unknown (-1).
 
 use caudal::metrics::{kafka_gauges as g, SubtaskMetrics};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -60,16 +59,8 @@ impl HealthProbe {
         partitions: Option<Vec<i32>>,
         metrics: Arc<SubtaskMetrics>,
     ) -> Option<HealthProbe> {
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", brokers);
-        // Only what reaching the brokers needs: the rest is producer- or consumer-specific.
-        for (k, v) in properties {
-            if ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p)) {
-                client.set(k, v);
-            }
-        }
         // No probe is better than a failed job: health is for display only.
-        let consumer: BaseConsumer = client.create().ok()?;
+        let consumer: BaseConsumer = super::connection_config(brokers, properties).create().ok()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let topic = topic.to_string();

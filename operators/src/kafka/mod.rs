@@ -21,3 +21,17 @@ pub use sink::{
 pub use source::{
     AvroDecoder, DecodeError, JsonDecoder, KafkaDecoder, KafkaSource, KafkaSourceConfig, StartFrom,
 };
+
+/// A client configuration that only reaches the brokers: `brokers` plus the connection and
+/// security settings among a connector's `properties` (the others are producer- or
+/// consumer-specific). For the side clients: the health probe, the sink's startup check.
+pub(crate) fn connection_config(brokers: &str, properties: &[(String, String)]) -> rdkafka::ClientConfig {
+    let mut client = rdkafka::ClientConfig::new();
+    client.set("bootstrap.servers", brokers);
+    for (k, v) in properties {
+        if ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p)) {
+            client.set(k, v);
+        }
+    }
+    client
+}

@@ -103,7 +103,6 @@ pub struct PostgresSink<T> {
     ids: Option<EpochIds>,
     what: String,
     checkpointing: bool,
-    attempt_override: Option<String>,
     retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
@@ -215,7 +214,6 @@ impl<T> PostgresSink<T> {
             pending: Vec::new(),
             ids: None,
             checkpointing: false,
-            attempt_override: None,
             retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
@@ -226,7 +224,6 @@ impl<T> PostgresSink<T> {
             self.rt = Some(runtime().map_err(|e| Error::io("starting the PostgreSQL sink's runtime", e))?);
         }
         let database = self.data_config_db();
-        let attempt = self.attempt_override.as_deref().unwrap_or(&ctx.attempt);
         self.ids = Some(EpochIds::new(
             &ctx.job_name,
             &ctx.operator_name,
@@ -234,7 +231,7 @@ impl<T> PostgresSink<T> {
             &self.config.schema,
             &self.config.table,
             ctx.subtask,
-            attempt,
+            &ctx.attempt,
         ));
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
@@ -500,15 +497,6 @@ impl<T> PostgresSink<T> {
 
     fn is_this_attempt(&self, gid: &str) -> bool {
         self.ids.as_ref().is_some_and(|i| i.is_this_attempt(gid))
-    }
-
-    /// Tests: act as another run of the job.
-    #[cfg(test)]
-    pub(crate) fn set_attempt(&mut self, attempt: &str) {
-        self.attempt_override = Some(attempt.to_string());
-        if let Some(ids) = self.ids.as_mut() {
-            ids.attempt = attempt.to_string();
-        }
     }
 
     fn snapshot(&self) -> Result<Option<Vec<u8>>> {

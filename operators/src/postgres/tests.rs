@@ -47,10 +47,9 @@ impl Db {
         c
     }
 
-    fn sink(&self, attempt: &str) -> PostgresSink<Reading> {
-        let mut s = self.config().build::<Reading>().unwrap();
-        s.set_attempt(attempt);
-        s
+    /// A sink; the run it belongs to is the context's `attempt`.
+    fn sink(&self) -> PostgresSink<Reading> {
+        self.config().build::<Reading>().unwrap()
     }
 
     fn rows(&self) -> Vec<(i64, i64, f64)> {
@@ -98,7 +97,8 @@ impl Drop for Db {
 fn an_epoch_becomes_visible_when_its_checkpoint_completes_and_upserts_replace() {
     let Some(db) = Db::open("pg_visible") else { return };
     let mut ctx = context(&db.job(), 0, None);
-    let mut sink = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut sink = db.sink();
     sink.on_start(&mut ctx).unwrap();
     sink.write_batch((0..5).map(|i| reading(1, i, i as f64)).collect(), &mut ctx).unwrap();
     sink.write_batch(vec![reading(2, 0, 20.0)], &mut ctx).unwrap();
@@ -132,7 +132,8 @@ fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
     // Run a1: epoch 1 prepared and recorded in checkpoint 1, epoch 2 prepared in a
     // checkpoint that never completed; then the process dies.
     let mut ctx = context(&db.job(), 0, None);
-    let mut a = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut a = db.sink();
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, 1, 1.0), reading(1, 2, 2.0)], &mut ctx).unwrap();
     let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
@@ -143,13 +144,15 @@ fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
     assert_eq!(db.prepared().len(), 2);
     // Run b1 restores checkpoint 1: epoch 1 committed, epoch 2 rolled back.
     let mut ctx = context(&db.job(), 0, Some(1));
-    let mut b = db.sink("b1");
+    ctx.attempt = "b1".into();
+    let mut b = db.sink();
     b.restore(vec![chk1.clone()], &mut ctx).unwrap();
     b.on_start(&mut ctx).unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
     assert!(db.prepared().is_empty(), "newer epochs rolled back: {:?}", db.prepared());
     // Restoring the same checkpoint again (a crash during the restore) changes nothing.
-    let mut c = db.sink("c1");
+    ctx.attempt = "c1".into();
+    let mut c = db.sink();
     c.restore(vec![chk1], &mut ctx).unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
 }
@@ -158,7 +161,8 @@ fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
 fn a_recorded_epoch_that_was_rolled_back_fails_the_restore_loudly() {
     let Some(db) = Db::open("pg_lost") else { return };
     let mut ctx = context(&db.job(), 0, None);
-    let mut a = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut a = db.sink();
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
     let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
@@ -167,7 +171,8 @@ fn a_recorded_epoch_that_was_rolled_back_fails_the_restore_loudly() {
         db.execute(&format!("ROLLBACK PREPARED '{gid}'"));
     }
     let mut ctx = context(&db.job(), 0, Some(1));
-    let e = db.sink("b1").restore(vec![chk1], &mut ctx).unwrap_err().to_string();
+    ctx.attempt = "b1".into();
+    let e = db.sink().restore(vec![chk1], &mut ctx).unwrap_err().to_string();
     assert!(e.contains("PostgreSQL sink") && e.contains("lost"), "{e}");
 }
 
@@ -175,13 +180,15 @@ fn a_recorded_epoch_that_was_rolled_back_fails_the_restore_loudly() {
 fn a_fresh_start_rolls_back_what_earlier_runs_prepared() {
     let Some(db) = Db::open("pg_fresh") else { return };
     let mut ctx = context(&db.job(), 0, None);
-    let mut a = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut a = db.sink();
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
     a.pre_commit(CheckpointId(1), &mut ctx).unwrap();
     drop(a);
     assert_eq!(db.prepared().len(), 1);
-    let mut b = db.sink("b1");
+    ctx.attempt = "b1".into();
+    let mut b = db.sink();
     b.on_start(&mut ctx).unwrap();
     assert!(db.prepared().is_empty());
     // b1 writes the same key: it is not blocked by a1's lock.
@@ -220,7 +227,8 @@ fn without_checkpoints_rows_are_committed_as_they_are_sent() {
     let Some(db) = Db::open("pg_auto") else { return };
     let mut ctx = context(&db.job(), 0, None);
     ctx.checkpointing = false;
-    let mut s = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut s = db.sink();
     s.on_start(&mut ctx).unwrap();
     s.write_batch((0..4).map(|i| reading(1, i, 0.0)).collect(), &mut ctx).unwrap(); // > batch_rows: sent
     assert_eq!(db.rows().len(), 4);
@@ -332,7 +340,8 @@ fn a_missing_permission_fails_at_once_naming_the_cause() {
 fn a_role_that_may_only_write_the_existing_tables_is_enough() {
     let Some(db) = Db::open("pg_writer") else { return };
     let mut ctx = context(&db.job(), 0, None);
-    let mut owner = db.sink("a1");
+    ctx.attempt = "a1".into();
+    let mut owner = db.sink();
     owner.on_start(&mut ctx).unwrap();
     owner.write_batch(vec![reading(1, 1, 1.0)], &mut ctx).unwrap();
     owner.pre_commit(CheckpointId(1), &mut ctx).unwrap();
@@ -352,7 +361,7 @@ fn a_role_that_may_only_write_the_existing_tables_is_enough() {
     let mut config = db.config();
     config.url = format!("postgres://{role}@{host}:{}/{}", pg.get_ports()[0], pg.get_dbname().unwrap());
     let mut writer = config.build::<Reading>().unwrap();
-    writer.set_attempt("b1");
+    ctx.attempt = "b1".into();
     let result = (|| {
         writer.on_start(&mut ctx)?;
         writer.write_batch(vec![reading(1, 1, 2.0), reading(1, 2, 3.0)], &mut ctx)?;

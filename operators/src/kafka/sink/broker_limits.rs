@@ -12,7 +12,6 @@ use super::config::KafkaSinkConfig;
 use caudal::{Error, Result};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use std::time::Duration;
 
 /// The broker setting that bounds every producer's `transaction.timeout.ms`.
@@ -56,13 +55,10 @@ pub(crate) fn check_broker_max_timeout(config: &KafkaSinkConfig) -> Result<()> {
 /// `(broker id, transaction.max.timeout.ms)` of the broker with the smallest maximum;
 /// `None` when no broker reports the setting.
 fn smallest_broker_maximum(config: &KafkaSinkConfig) -> std::result::Result<Option<(i32, u64)>, String> {
-    let mut client = ClientConfig::new();
-    client.set("bootstrap.servers", &config.brokers);
-    for (k, v) in &config.properties {
-        client.set(k, v);
-    }
     let admin: AdminClient<DefaultClientContext> =
-        client.create().map_err(|e| format!("admin client: {e}"))?;
+        crate::kafka::connection_config(&config.brokers, &config.properties)
+            .create()
+            .map_err(|e| format!("admin client: {e}"))?;
     let metadata =
         admin.inner().fetch_metadata(None, CHECK_TIMEOUT).map_err(|e| format!("cluster metadata: {e}"))?;
     let brokers: Vec<i32> = metadata.brokers().iter().map(|b| b.id()).collect();
