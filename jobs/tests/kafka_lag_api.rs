@@ -13,8 +13,9 @@
 
 mod kafka_support;
 
-use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, Sink, StreamEnv, WatermarkStrategy};
+use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, StreamEnv, WatermarkStrategy};
 use caudal_operators::kafka::{KafkaSource, KafkaSourceConfig};
+use caudal_operators::sinks::DiscardSink;
 use kafka_support::{create_topic, produce_raw, stack, unique};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -53,15 +54,6 @@ impl caudal::Operator for Gate {
         }
         self.passed.fetch_add(batch.len() as u64, Ordering::Relaxed);
         out.append(&mut batch);
-        Ok(())
-    }
-}
-
-struct Discard;
-
-impl Sink for Discard {
-    type In = Reading;
-    fn write_batch(&mut self, _: Batch<Reading>, _: &mut OperatorContext) -> caudal::Result<()> {
         Ok(())
     }
 }
@@ -178,7 +170,7 @@ fn start(brokers: &str, topic: &str, job: &str, gate: Gate) -> Running {
         env.source("lag-source", KafkaSource::<Reading>::json(source), WatermarkStrategy::none())
             .key_by(|r: &Reading| r.n % 7)
             .transform("gate", move |_| Ok(gate.clone()))
-            .sink("discard", |_| Ok(Discard));
+            .sink("discard", |_| Ok(DiscardSink::default()));
         env.execute(&name)
     });
     Running { api: Api::new(addr, job), runner, _dir: dir }

@@ -14,9 +14,10 @@
 
 mod kafka_support;
 
-use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, Result, Sink, StreamEnv};
+use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, Result, StreamEnv};
 use caudal::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
 use caudal_operators::kafka::{DeliveryGuarantee, JsonSerializer, KafkaSink, KafkaSinkConfig};
+use caudal_operators::sinks::DiscardSink;
 use kafka_support::{create_topic, read_committed, stack, unique};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -80,15 +81,6 @@ impl caudal::Operator for Gate {
             std::thread::sleep(Duration::from_millis(10));
         }
         out.append(&mut b);
-        Ok(())
-    }
-}
-
-struct Discard;
-
-impl Sink for Discard {
-    type In = u64;
-    fn write_batch(&mut self, _: Batch<u64>, _: &mut OperatorContext) -> Result<()> {
         Ok(())
     }
 }
@@ -168,7 +160,7 @@ fn pending_and_open_sink_transactions_are_listed_until_committed() {
         numbers
             .key_by(|n: &u64| *n % 5)
             .transform("gate", move |_| Ok(job_gate.clone()))
-            .sink("discard", |_| Ok(Discard));
+            .sink("discard", |_| Ok(DiscardSink::default()));
         env.execute("kafka-txn-api")
     });
     let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
