@@ -3,6 +3,8 @@
 #
 #   scripts/install-deps.sh            # install what is missing (apt-get update only then)
 #   scripts/install-deps.sh --check    # list what is missing, install nothing (exit 1 if any)
+#   scripts/install-deps.sh --build    # only what building Caudal needs (command 1: scripts/temperature.sh)
+#   scripts/install-deps.sh --build --check
 #
 # Idempotent: a second run checks with dpkg and exits without touching apt.
 # Safe without a TTY (CI=true, no stdin). Runs apt as root, or through sudo when not root.
@@ -11,17 +13,31 @@
 set -euo pipefail
 
 CHECK_ONLY=0
-[[ "${1:-}" == "--check" ]] && CHECK_ONLY=1
+BUILD_ONLY=0
+for arg in "$@"; do
+  case $arg in
+    --check) CHECK_ONLY=1 ;;
+    --build) BUILD_ONLY=1 ;;
+    *) printf 'install-deps: unknown option %s (use --check, --build)\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 log() { printf 'install-deps: %s\n' "$*"; }
 die() { printf 'install-deps: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# package -> why (kept in this order)
-PKGS=(
-  "libclang-dev:bindgen (rocksdb-sys)"
+# package -> why (kept in this order). The build set: RocksDB's Rust bindings are generated
+# by bindgen, which loads libclang; RocksDB (C++) and librdkafka (C) build with gcc/g++/make.
+BUILD_PKGS=(
+  "libclang-dev:bindgen (rocksdb-sys) loads libclang"
+  "gcc:C build of librdkafka, zlib, lz4"
+  "g++:C++ build of RocksDB"
+  "make:librdkafka's build"
+  "pkg-config:native library discovery"
+)
+# The test set adds the services and tools of the test stack.
+TEST_PKGS=(
   "clang:bindgen / C++ build of RocksDB"
   "cmake:native builds (rdkafka-sys, zstd)"
-  "pkg-config:native library discovery"
   "curl:health checks and scripts"
   "redis-server:Redis sink tests (scripts/services.sh)"
   "chromium:web UI tests in a real browser"
@@ -32,30 +48,37 @@ installed() { # dpkg says "install ok installed" (not just unpacked / half-confi
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
 }
 
+PKGS=("${BUILD_PKGS[@]}")
+((BUILD_ONLY)) || PKGS+=("${TEST_PKGS[@]}")
 missing=()
+why=()
 for entry in "${PKGS[@]}"; do
   pkg=${entry%%:*}
-  installed "$pkg" || missing+=("$pkg")
+  installed "$pkg" || { missing+=("$pkg"); why+=("  $pkg: ${entry#*:}"); }
 done
 
-# PostgreSQL: only when no server binaries are present at all.
-pg_bin_present() {
-  ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null 2>&1
+# The test stack's tools, checked by what they provide rather than by package name.
+test_stack_checks() {
+  # PostgreSQL: only when no server binaries are present at all.
+  pg_bin_present() {
+    ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null 2>&1
+  }
+  pg_bin_present || missing+=("postgresql")
+  command -v psql >/dev/null 2>&1 || installed postgresql-client || missing+=("postgresql-client")
+
+  # Python venv support for the test-stack venv (moto, confluent-kafka). services.sh builds
+  # the venv from Debian's /usr/bin/python3, which needs python3-venv for ensurepip.
+  if [[ ! -x /usr/bin/python3 ]]; then
+    missing+=("python3" "python3-venv")
+  elif ! /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=("python3-venv")
+  fi
+
+  # Java 17 + Maven fetch and run the Kafka broker.
+  command -v java >/dev/null 2>&1 || missing+=("openjdk-17-jre-headless")
+  command -v mvn  >/dev/null 2>&1 || missing+=("maven")
 }
-pg_bin_present || missing+=("postgresql")
-command -v psql >/dev/null 2>&1 || installed postgresql-client || missing+=("postgresql-client")
-
-# Python venv support for the test-stack venv (moto, confluent-kafka). services.sh builds
-# the venv from Debian's /usr/bin/python3, which needs python3-venv for ensurepip.
-if [[ ! -x /usr/bin/python3 ]]; then
-  missing+=("python3" "python3-venv")
-elif ! /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  missing+=("python3-venv")
-fi
-
-# Java 17 + Maven fetch and run the Kafka broker.
-command -v java >/dev/null 2>&1 || missing+=("openjdk-17-jre-headless")
-command -v mvn  >/dev/null 2>&1 || missing+=("maven")
+((BUILD_ONLY)) || test_stack_checks
 
 # de-duplicate, keep order
 declare -A seen=(); uniq=()
@@ -75,7 +98,8 @@ fi
 SUDO=()
 if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null 2>&1 || die "not root and no sudo: install as root: apt-get install ${missing[*]}"
-  SUDO=(sudo -n)
+  # A person at a terminal is asked for their password; CI and scripts without one fail fast.
+  if [[ -t 0 && "${CI:-}" != "true" ]]; then SUDO=(sudo); else SUDO=(sudo -n); fi
 fi
 
 export DEBIAN_FRONTEND=noninteractive
@@ -94,7 +118,8 @@ fi
 cleanup() { ((added_policy)) && "${SUDO[@]}" rm -f "$POLICY" || true; }
 trap cleanup EXIT
 
-log "installing: ${missing[*]}"
+log "installing from Debian's packages: ${missing[*]}"
+((${#why[@]} == 0)) || printf 'install-deps: %s\n' "${why[@]}"
 aptlog=$(mktemp)
 if ! "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update -q >"$aptlog" 2>&1; then
   tail -n 20 "$aptlog" >&2
