@@ -337,29 +337,44 @@ pg_user() { # PostgreSQL refuses to run as root: run it as a system user
   PG_RUN=(runuser -u "$PG_USER_SYS" --)
 }
 
-pg_make_reachable() { # the server user must traverse every folder down to its data dir
-  local target="$STACK/postgres" path="" part
-  [[ $(id -u) -eq 0 ]] || return 0
-  "${PG_RUN[@]}" test -w "$target" 2>/dev/null && return 0
-  IFS=/ read -ra parts <<<"${target#/}"
-  for part in "${parts[@]}"; do
-    path="$path/$part"
-    [[ $path == "$target" ]] && break
-    if ! "${PG_RUN[@]}" test -x "$path" 2>/dev/null; then
-      chmod o+x "$path"
-      info "gave others traverse (x) permission on $path so that user $PG_USER_SYS reaches $target"
-    fi
-  done
-  "${PG_RUN[@]}" test -w "$target" || die "user $PG_USER_SYS cannot write $target"
+# Where PostgreSQL's files live. As root the server runs as another user, who may not reach
+# the stack directory (under /root, say); rather than open up folders above it, the files then
+# go into a directory of their own, owned by that user, outside any home
+# (/var/tmp/caudal-pg-<uid>-<hash of the stack dir>, or $CAUDAL_PG_DIR), and
+# $STACK/postgres is a symbolic link to it. Nothing outside these two changes.
+pg_dir() { # the real path, for commands run as the server user
+  local link="$STACK/postgres"
+  if [[ -L $link ]]; then readlink -f "$link"; else echo "$link"; fi
+}
+
+pg_place() {
+  local link="$STACK/postgres" ext
+  [[ $(id -u) -eq 0 ]] || { mkdir -p "$link"; return 0; }
+  if [[ -L $link ]]; then
+    ext=$(readlink -f "$link")
+  elif [[ -d $link ]] && "${PG_RUN[@]}" test -w "$link" 2>/dev/null && "${PG_RUN[@]}" test -x "$link/.." 2>/dev/null; then
+    return 0 # a stack directory the server user reaches as it is
+  else
+    ext=${CAUDAL_PG_DIR:-/var/tmp/caudal-pg-$(id -u)-$(printf '%s' "$STACK" | cksum | cut -d' ' -f1)}
+    # An old layout's data (under a directory the server user cannot reach) is test data.
+    [[ -d $link ]] && rm -rf "$link"
+    mkdir -p "$(dirname "$link")"
+    ln -s "$ext" "$link"
+    info "PostgreSQL's files are in $ext (user $PG_USER_SYS cannot reach $STACK); $link links to it"
+  fi
+  mkdir -p "$ext"
+  chown "$PG_USER_SYS:" "$ext"
+  chmod 700 "$ext"
+  "${PG_RUN[@]}" test -w "$ext" || die "user $PG_USER_SYS cannot write $ext"
 }
 
 postgres_prepare() {
-  local bin d="$STACK/postgres"
+  local bin d
   bin=$(pg_bindir); [[ -n $bin ]] || die "PostgreSQL server binaries not found (scripts/install-deps.sh)"
   pg_user
-  mkdir -p "$d"
+  pg_place
+  d=$(pg_dir)
   [[ $(id -u) -eq 0 ]] && chown "$PG_USER_SYS:" "$d"
-  pg_make_reachable
   if [[ ! -f $d/data/PG_VERSION ]]; then
     rm -rf "$d/data"
     "${PG_RUN[@]}" "$bin/initdb" -D "$d/data" -U caudal --auth=trust -E UTF8 --no-locale \
@@ -379,7 +394,7 @@ EOF
 }
 
 postgres_launch() {
-  local bin d="$STACK/postgres"
+  local bin d; d=$(pg_dir)
   bin=$(pg_bindir)
   rm -f "$d/data/postmaster.pid.stale"
   # pg_ctl starts the server detached; -W: do not wait here (readiness is checked below).
@@ -409,7 +424,7 @@ postgres_post_start() {
 # Added to an existing data directory too (the rule goes first: pg_hba.conf is first-match).
 PG_PASSWORD_ROLE=caudal_pw
 postgres_password_role() {
-  local hba="$STACK/postgres/data/pg_hba.conf" tmp has
+  local hba; hba="$(pg_dir)/data/pg_hba.conf"; local tmp has
   if ! grep -q "^host all $PG_PASSWORD_ROLE " "$hba"; then
     tmp=$(mktemp)
     { printf '# scripts/services.sh: role %s authenticates with a password\n' "$PG_PASSWORD_ROLE"
@@ -431,7 +446,7 @@ postgres_password_role() {
 }
 
 postgres_stop() {
-  local bin d="$STACK/postgres"
+  local bin d; d=$(pg_dir)
   bin=$(pg_bindir); pg_user
   "${PG_RUN[@]}" "$bin/pg_ctl" -D "$d/data" -m fast -w -t 60 stop >>"$d/pg_ctl.log" 2>&1 </dev/null || true
 }

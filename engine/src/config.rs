@@ -25,6 +25,10 @@ pub struct JobConfig {
     /// server; `CAUDAL__WEB_BIND`, `off` disables). Bind 127.0.0.1 unless other hosts
     /// should reach it.
     pub web_bind: Option<std::net::SocketAddr>,
+    /// Host names the web server answers to besides IP addresses and `localhost`: a request
+    /// naming another host is refused (DNS rebinding). `CAUDAL__WEB_ALLOWED_HOSTS`,
+    /// comma-separated.
+    pub web_allowed_hosts: Vec<String>,
     /// Checkpointing: interval, storage, retention, restore.
     pub checkpoints: CheckpointConfig,
     /// Keyed state (`state.backend`): RocksDB (default) or heap, cache and RocksDB tuning
@@ -67,8 +71,13 @@ impl std::str::FromStr for RestoreFrom {
 pub struct CheckpointConfig {
     /// Time between checkpoints; `None` disables checkpointing (`CAUDAL__CHECKPOINT_INTERVAL_MS`).
     pub interval: Option<Duration>,
-    /// A checkpoint not complete after this long is aborted.
+    /// A checkpoint not complete after this long is aborted (`CAUDAL__CHECKPOINT_TIMEOUT_MS`).
     pub timeout: Duration,
+    /// Failed checkpoints in a row the job survives; one more fails the job, so that sinks'
+    /// pending transactions never outlive their timeouts unnoticed (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`, default 0 as there;
+    /// `CAUDAL__TOLERABLE_FAILED_CHECKPOINTS`).
+    pub tolerable_failed_checkpoints: u32,
     /// Minimum time between the end of one checkpoint and the start of the next.
     pub min_pause: Duration,
     /// Storage: a directory (default `data/checkpoints`), `file:///abs/path` or
@@ -81,10 +90,23 @@ pub struct CheckpointConfig {
     pub restore: Option<RestoreFrom>,
     /// With `restore = latest`: skip a corrupt latest checkpoint and use the previous one.
     pub fallback: bool,
+    /// Restore even when the checkpoint holds state of operators (by uid) that the job no
+    /// longer has, dropping that state with a warning per uid; otherwise such a restore
+    /// fails before processing (Flink's `--allowNonRestoredState`;
+    /// `CAUDAL__ALLOW_NON_RESTORED_STATE=1`).
+    pub allow_non_restored_state: bool,
     /// On a stop (Ctrl-C, SIGTERM, `StopHandle`), keep the final checkpoint as the savepoint
     /// `savepoints/<name>` (a self-contained copy retention never deletes; restore it with
     /// `restore = Path("savepoints/<name>")`).
     pub savepoint_on_stop: Option<String>,
+}
+
+impl CheckpointConfig {
+    /// True when the job checkpoints: it has an interval, or it restores (then at least its
+    /// final checkpoint is taken, and sinks commit only what a checkpoint covers).
+    pub fn enabled(&self) -> bool {
+        self.interval.is_some() || self.restore.is_some()
+    }
 }
 
 impl Default for CheckpointConfig {
@@ -92,6 +114,7 @@ impl Default for CheckpointConfig {
         CheckpointConfig {
             interval: None,
             timeout: Duration::from_secs(600),
+            tolerable_failed_checkpoints: 0,
             min_pause: Duration::ZERO,
             storage: caudal_checkpoints::CheckpointStorageConfig {
                 url: "data/checkpoints".to_string(),
@@ -100,6 +123,7 @@ impl Default for CheckpointConfig {
             retained: 3,
             restore: None,
             fallback: false,
+            allow_non_restored_state: false,
             savepoint_on_stop: None,
         }
     }
@@ -116,6 +140,7 @@ impl Default for JobConfig {
             progress_interval: None,
             handle_signals: true,
             web_bind: None,
+            web_allowed_hosts: Vec::new(),
             checkpoints: CheckpointConfig::default(),
             state: caudal_checkpoints::StateBackendConfig::default(),
             state_dir: None,
@@ -146,6 +171,21 @@ impl JobConfig {
                     self.checkpoints.interval = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 "CHECKPOINT_DIR" => self.checkpoints.storage.url = value.clone(),
+                "CHECKPOINT_TIMEOUT_MS" => {
+                    let ms = parse_u(&value)?;
+                    if ms == 0 {
+                        return Err(Error::config(key.clone(), "must be at least 1"));
+                    }
+                    self.checkpoints.timeout = Duration::from_millis(ms);
+                }
+                "TOLERABLE_FAILED_CHECKPOINTS" => {
+                    self.checkpoints.tolerable_failed_checkpoints =
+                        u32::try_from(parse_u(&value)?).unwrap_or(u32::MAX)
+                }
+                "ALLOW_NON_RESTORED_STATE" => {
+                    self.checkpoints.allow_non_restored_state =
+                        parse_flag(&value).map_err(|m| Error::config(key.clone(), m))?
+                }
                 s3 if s3.starts_with("S3__") => self.set_s3(&key, &s3[4..], &value)?,
                 "STATE_BACKEND" => {
                     self.state.kind = parse_backend(&value).map_err(|m| Error::config(key.clone(), m))?
@@ -160,6 +200,14 @@ impl JobConfig {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
                     })?;
                     self.crash_at = Some((point.to_string(), parse_u(id)?));
+                }
+                "WEB_ALLOWED_HOSTS" => {
+                    self.web_allowed_hosts = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|h| !h.is_empty())
+                        .map(str::to_string)
+                        .collect()
                 }
                 "WEB_BIND" => {
                     self.web_bind = match value.trim() {
@@ -182,11 +230,7 @@ impl JobConfig {
     /// that write to S3 (the archive).
     fn set_s3(&mut self, key: &str, field: &str, value: &str) -> Result<()> {
         let s3 = &mut self.checkpoints.storage.s3;
-        let flag = |v: &str| match v.trim() {
-            "1" | "true" | "yes" | "on" => Ok(true),
-            "0" | "false" | "no" | "off" => Ok(false),
-            other => Err(Error::config(key, format!("expected true or false, got `{other}`"))),
-        };
+        let flag = |v: &str| parse_flag(v).map_err(|m| Error::config(key, m));
         let text = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_string());
         match field {
             "ENDPOINT" => s3.endpoint = text(value),
@@ -239,6 +283,15 @@ pub fn parse_backend(value: &str) -> std::result::Result<caudal_checkpoints::Bac
         "rocksdb" => Ok(caudal_checkpoints::BackendKind::Rocksdb),
         "heap" => Ok(caudal_checkpoints::BackendKind::Heap),
         v => Err(format!("expected `rocksdb` or `heap`, got `{v}`")),
+    }
+}
+
+/// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`.
+fn parse_flag(v: &str) -> std::result::Result<bool, String> {
+    match v.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(format!("expected true or false, got `{other}`")),
     }
 }
 

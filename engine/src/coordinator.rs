@@ -6,6 +6,7 @@
 //! file is the I/O edge: channels to tasks and the checkpoint store.
 
 use crate::config::{CheckpointConfig, RestoreFrom};
+use crate::graph::JobPlan;
 use crate::job::{now_ms, CheckpointStats, JobView, TaskCheckpointStats};
 use crate::runtime::executor::{RestoredState, RunningTask};
 use crate::runtime::task::{CheckpointAck, TaskCommand};
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn state_err(e: caudal_checkpoints::Error) -> Error {
-    Error::Operator(format!("checkpoint storage: {e}"))
+    Error::Checkpoints { context: "checkpoint storage".into(), source: e }
 }
 
 /// Opens the job's checkpoint storage: `<storage>/<job>/`.
@@ -36,6 +37,12 @@ pub(crate) fn open_store(
         .build()
         .map_err(|e| Error::config("checkpoints.storage", format!("{}: {e}", config.storage.url)))?;
     Ok((Arc::new(store), CheckpointPaths::under(job)))
+}
+
+/// A failed read of the checkpoint to restore, with its class kept: a storage outage is
+/// retried by the job manager, a corrupt or foreign checkpoint is not.
+fn restore_err(e: caudal_checkpoints::Error) -> Error {
+    Error::Checkpoints { context: "restore".into(), source: e }
 }
 
 /// Reads the checkpoint to restore from, by the rules of `config.restore`.
@@ -55,21 +62,16 @@ fn load_restore(
                 Some(r.metadata)
             }
             Ok(None) => None,
-            Err(e) => return Err(Error::config("restore", e.to_string())),
+            Err(e) => return Err(restore_err(e)),
         },
-        RestoreFrom::Latest => {
-            latest_completed(store, paths, job).map_err(|e| Error::config("restore", e.to_string()))?
-        }
+        RestoreFrom::Latest => latest_completed(store, paths, job).map_err(restore_err)?,
         RestoreFrom::Path(p) => {
             let dir = if p.starts_with(paths.root()) {
                 p.clone()
             } else {
                 format!("{}/{}", paths.root().trim_end_matches('/'), p)
             };
-            Some(
-                caudal_checkpoints::metadata::read_metadata_in(store, &dir, job)
-                    .map_err(|e| Error::config("restore", e.to_string()))?,
-            )
+            Some(caudal_checkpoints::metadata::read_metadata_in(store, &dir, job).map_err(restore_err)?)
         }
     };
     match meta {
@@ -87,18 +89,73 @@ fn load_restore(
 
 /// Opens the job's checkpoint storage and reads what to restore (announced on stderr, with
 /// the during-restore crash point): the first step of every process that runs subtasks.
+///
+/// A checkpoint that does not fit `plan` fails here, before any record is processed: one
+/// taken with another `max_parallelism` (its key groups cannot be remapped), or one holding
+/// state of operators the job no longer has, unless `allow_non_restored_state`.
 pub(crate) fn open_and_load_restore(
     config: &CheckpointConfig,
-    job: &str,
+    plan: &JobPlan,
 ) -> Result<(Arc<dyn CheckpointStore>, CheckpointPaths, RestoredState)> {
+    let job = plan.job.as_str();
     let (store, paths) = open_store(config, job)?;
     let meta = load_restore(config, store.as_ref(), &paths, job)?;
+    if let Some(m) = &meta {
+        check_fits(m, plan, config.allow_non_restored_state)?;
+    }
     let restored = meta.as_ref().map(restored_state).unwrap_or_default();
     if let Some(m) = &meta {
         eprintln!("caudal: restoring job `{job}` from checkpoint {}", m.checkpoint_id.label());
         crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
     }
     Ok((store, paths, restored))
+}
+
+/// The restore rules of a checkpoint against the job that restores it.
+fn check_fits(meta: &CheckpointMetadata, plan: &JobPlan, allow_non_restored_state: bool) -> Result<()> {
+    let label = meta.checkpoint_id.label();
+    if u32::from(meta.max_parallelism) != plan.max_parallelism {
+        return Err(Error::config(
+            "max_parallelism",
+            format!(
+                "checkpoint {label} was taken with max_parallelism {}, this job has {}: keyed state is \
+                 split into that many key groups and cannot be regrouped; restore with max_parallelism {}",
+                meta.max_parallelism, plan.max_parallelism, meta.max_parallelism
+            ),
+        ));
+    }
+    let unmapped: Vec<&str> = meta
+        .operators
+        .iter()
+        .filter(|(_, op)| {
+            op.subtasks.values().any(|s| s.operator_state.as_ref().is_some_and(|b| !b.0.is_empty()))
+                || !op.keyed_handles().is_empty()
+        })
+        .map(|(id, _)| id.as_str())
+        .filter(|uid| !plan.operators.iter().any(|o| o.uid == *uid))
+        .collect();
+    if unmapped.is_empty() {
+        return Ok(());
+    }
+    if allow_non_restored_state {
+        for uid in &unmapped {
+            eprintln!(
+                "caudal: WARNING: dropping the state of operator `{uid}` of checkpoint {label}: this job has no operator with that uid (allow_non_restored_state)"
+            );
+        }
+        return Ok(());
+    }
+    let have: Vec<&str> = plan.operators.iter().map(|o| o.uid.as_str()).collect();
+    Err(Error::config(
+        "restore",
+        format!(
+            "checkpoint {label} holds state of operators this job does not have: {}; the job's operator uids are {}. \
+             Give the operators the uids they had (.uid(..)), or restore with --allow-non-restored-state \
+             (CAUDAL__ALLOW_NON_RESTORED_STATE=1) to drop that state; a sink's pending output is then lost",
+            unmapped.join(", "),
+            have.join(", ")
+        ),
+    ))
 }
 
 /// The operator snapshots of a checkpoint, by operator uid (all old subtasks, in order).
@@ -161,6 +218,10 @@ pub(crate) struct Coordinator {
     copies: Vec<std::thread::JoinHandle<()>>,
     /// The job's view: savepoint requests arrive through it, and it says whether they can.
     view: Arc<JobView>,
+    /// Checkpoints failed since the last one completed.
+    failed_in_a_row: u32,
+    /// The cause of the last failure.
+    last_failure: Option<String>,
 }
 
 impl Drop for Coordinator {
@@ -241,6 +302,8 @@ impl Coordinator {
             savepoint: None,
             copies: Vec::new(),
             view,
+            failed_in_a_row: 0,
+            last_failure: None,
         })
     }
 
@@ -292,6 +355,10 @@ impl Coordinator {
                     s.status = "FAILED".into();
                     s.failure = Some(format!("its checkpoint {} failed: {cause}", f.pending.id().0));
                 });
+            } else {
+                // As in Flink, a failed savepoint fails only itself.
+                self.failed_in_a_row += 1;
+                self.last_failure = Some(format!("checkpoint {} failed: {cause}", f.pending.id().0));
             }
             view.record_checkpoint(CheckpointStats {
                 id: f.pending.id().0,
@@ -388,6 +455,7 @@ impl Coordinator {
         }
         self.last_completed = Some(id);
         self.last_end = Instant::now();
+        self.failed_in_a_row = 0;
         view.record_checkpoint(CheckpointStats {
             id: id.0,
             status: "COMPLETED".into(),
@@ -466,18 +534,32 @@ impl Coordinator {
                 self.fail(view, cause);
             }
         }
-        // A task that finished cannot take part in a checkpoint: no more checkpoints.
+        // A task that finished cannot take part in a checkpoint: no more checkpoints. (Tasks
+        // wait for the final checkpoint before they finish; one that finished failed, and the
+        // job fails with its error.)
         let some_finished = tasks.iter().any(|t| t.thread.is_finished());
         if some_finished {
             if self.in_flight.is_some() {
                 self.fail(view, "a task finished before acknowledging".into());
             }
-            return Ok(if stop_requested { Tick::StopSources } else { Tick::Continue });
+            return Ok(if stop_requested && self.final_checkpoint_done() {
+                Tick::StopSources
+            } else {
+                Tick::Continue
+            });
+        }
+        if self.failed_in_a_row > self.config.tolerable_failed_checkpoints {
+            return Err(self.checkpointing_failed());
         }
         if stop_requested {
             match self.final_checkpoint {
                 Some(id) if self.last_completed >= Some(id) => return Ok(Tick::StopSources),
-                Some(_) if self.in_flight.is_none() => return Ok(Tick::StopSources), // it failed
+                // It failed, and the job tolerates that: take another.
+                Some(_) if self.in_flight.is_none() => {
+                    self.final_checkpoint = Some(self.next_id);
+                    self.trigger(tasks, view);
+                    return Ok(Tick::Continue);
+                }
                 Some(_) => return Ok(Tick::Continue),
                 // A checkpoint in flight cannot be the final one: its barrier may have left the
                 // sources before the end of their input, and the records after it would never
@@ -527,6 +609,33 @@ impl Coordinator {
         let dir = self.paths.savepoint_dir(name).map_err(state_err)?;
         eprintln!("caudal: savepoint of {} written to {}/{dir}", id.label(), self.store.location());
         Ok(format!("savepoints/{name}"))
+    }
+
+    /// True when the final checkpoint of a stop or of the end of input completed.
+    pub(crate) fn final_checkpoint_done(&self) -> bool {
+        self.final_checkpoint.is_some_and(|f| self.last_completed >= Some(f))
+    }
+
+    /// The job fails: checkpoints failed beyond what it tolerates.
+    fn checkpointing_failed(&self) -> Error {
+        Error::Checkpoint(format!(
+            "{} checkpoint(s) failed in a row, more than tolerable_failed_checkpoints = {} \
+             (CAUDAL__TOLERABLE_FAILED_CHECKPOINTS); last: {}. Nothing after checkpoint {} is committed: \
+             restore from it to continue",
+            self.failed_in_a_row,
+            self.config.tolerable_failed_checkpoints,
+            self.last_failure.as_deref().unwrap_or("unknown"),
+            self.last_completed.map_or_else(|| "none (start again)".into(), |c| c.label()),
+        ))
+    }
+
+    /// The job fails: its final checkpoint did not complete within `waited`.
+    pub(crate) fn final_checkpoint_overdue(&self, waited: Duration) -> Error {
+        Error::Checkpoint(format!(
+            "the final checkpoint did not complete within {waited:?}; nothing after checkpoint {} is \
+             committed: restore from it to finish the job",
+            self.last_completed.map_or_else(|| "none (start again)".into(), |c| c.label()),
+        ))
     }
 
     /// How long a stop may wait for its final checkpoint.

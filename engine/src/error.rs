@@ -69,6 +69,23 @@ pub enum Error {
     /// (bad binary, too few slots, unreachable job manager, lost connection).
     #[error("{0}")]
     Cluster(String),
+    /// Checkpoint storage or keyed state failed (reading a checkpoint to restore, writing
+    /// one): retryable when the cause is (storage briefly unreachable), not when the
+    /// checkpoint itself is bad (missing or corrupt file, another job's metadata).
+    #[error("{context}: {source}")]
+    Checkpoints {
+        /// What was being done.
+        context: String,
+        /// The classified cause.
+        #[source]
+        source: caudal_checkpoints::Error,
+    },
+    /// Checkpoints failed more often in a row than the job tolerates, or the final
+    /// checkpoint of a bounded job or a stop did not complete: what the sinks wrote since
+    /// the last completed checkpoint is not committed. A restore from that checkpoint
+    /// replays it (retryable).
+    #[error("{0}")]
+    Checkpoint(String),
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,
@@ -87,7 +104,10 @@ impl Error {
 
     /// True when a restart may help (external failures, task failures).
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Error::Config { .. } | Error::Graph(_) | Error::Cancelled)
+        match self {
+            Error::Checkpoints { source, .. } => source.is_retryable(),
+            _ => !matches!(self, Error::Config { .. } | Error::Graph(_) | Error::Cancelled),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use crate::runtime::chain::ChainNode;
 use crate::runtime::exchange::{ChannelMessage, Partitioner};
 use crate::runtime::task::SourceTask;
 use crate::source::SourceContext;
-use crate::Result;
+use crate::{Error, Result};
 use crossbeam_channel::Sender;
 use serde::Serialize;
 use std::sync::Arc;
@@ -99,6 +99,8 @@ pub(crate) struct Edge {
 
 pub(crate) struct Node {
     pub(crate) name: String,
+    /// The uid set with `.uid(..)`; `None`: derived from the name (see [`operator_uids`]).
+    pub(crate) uid: Option<String>,
     pub(crate) parallelism: Option<u32>,
     pub(crate) kind: NodeKind,
     pub(crate) inputs: Vec<Edge>,
@@ -112,12 +114,16 @@ pub(crate) struct GraphBuilder {
 
 impl GraphBuilder {
     pub(crate) fn add(&mut self, name: &str, kind: NodeKind, inputs: Vec<Edge>) -> NodeId {
-        self.nodes.push(Node { name: name.to_string(), parallelism: None, kind, inputs });
+        self.nodes.push(Node { name: name.to_string(), uid: None, parallelism: None, kind, inputs });
         self.nodes.len() - 1
     }
 
     pub(crate) fn set_name(&mut self, node: NodeId, name: &str) {
         self.nodes[node].name = name.to_string();
+    }
+
+    pub(crate) fn set_uid(&mut self, node: NodeId, uid: &str) {
+        self.nodes[node].uid = Some(uid.to_string());
     }
 
     pub(crate) fn set_parallelism(&mut self, node: NodeId, parallelism: u32) {
@@ -138,20 +144,68 @@ pub struct PlanNode {
     pub parallelism: u32,
     /// The task (chain) this operator runs in: the id of the chain's head.
     pub task: usize,
-    /// Stable id of the operator's state in checkpoints: `<id>-<name>`.
+    /// Stable id of the operator's state in checkpoints: set with `.uid(..)`, or derived
+    /// from the name (see [`operator_uids`]).
     pub uid: String,
 }
 
-/// The checkpoint id of operator `index` named `name`: `<index>-<name>` with every
-/// character outside `[A-Za-z0-9._-]` replaced by `_`.
-pub(crate) fn operator_uid(index: usize, name: &str) -> String {
-    let clean: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
-        .collect();
-    let mut uid = format!("{index}-{clean}");
-    uid.truncate(120);
-    uid
+/// Longest uid accepted.
+const MAX_UID_LEN: usize = 120;
+
+/// The uid of every node, in graph order: the state of an operator in a checkpoint is found
+/// by it, so it must not change when other operators are added or removed.
+///
+/// A uid set with `.uid(..)` is used as it is (`[A-Za-z0-9._-]`, at most 120 characters).
+/// Otherwise it is derived from the name, with every character outside that set replaced by
+/// `_`: the first operator of a name gets the name, the k-th after it `<name>.<k>`. The
+/// default is stable when operators of other names come and go, not when another operator
+/// of the same name is added before it: jobs meant to be upgraded set uids (as in Flink).
+pub(crate) fn operator_uids(nodes: &[Node]) -> Result<Vec<String>> {
+    let mut seen_names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut uids = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let uid = match &node.uid {
+            Some(uid) => {
+                check_uid(uid, &node.name)?;
+                uid.clone()
+            }
+            None => {
+                let clean: String = node
+                    .name
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+                    .collect();
+                let k = seen_names.entry(clean.clone()).or_insert(0);
+                let mut uid = if *k == 0 { clean } else { format!("{clean}.{k}") };
+                *k += 1;
+                uid.truncate(MAX_UID_LEN);
+                uid
+            }
+        };
+        uids.push(uid);
+    }
+    for (i, uid) in uids.iter().enumerate() {
+        if let Some(j) = uids[..i].iter().position(|u| u == uid) {
+            return Err(Error::Graph(format!(
+                "operators `{}` and `{}` have the same uid `{uid}`: give one of them another with .uid(..)",
+                nodes[j].name, nodes[i].name
+            )));
+        }
+    }
+    Ok(uids)
+}
+
+fn check_uid(uid: &str, name: &str) -> Result<()> {
+    let ok = !uid.is_empty()
+        && uid.len() <= MAX_UID_LEN
+        && uid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Graph(format!(
+            "operator `{name}`: uid `{uid}` must be 1 to {MAX_UID_LEN} characters of A-Z, a-z, 0-9, `.`, `_`, `-`"
+        )))
+    }
 }
 
 /// One edge of the plan.
@@ -178,4 +232,54 @@ pub struct JobPlan {
     pub operators: Vec<PlanNode>,
     /// Edges.
     pub edges: Vec<PlanEdge>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(nodes: &[(&str, Option<&str>)]) -> Vec<Node> {
+        nodes
+            .iter()
+            .map(|(name, uid)| Node {
+                name: name.to_string(),
+                uid: uid.map(str::to_string),
+                parallelism: None,
+                kind: NodeKind::Sink(Box::new(|_, _| Err(Error::Graph("not built in this test".into())))),
+                inputs: Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_uids_depend_on_the_name_and_the_rank_among_same_named_operators_only() {
+        let uids =
+            operator_uids(&graph(&[("source", None), ("map", None), ("map", None), ("sink one", None)]))
+                .unwrap();
+        assert_eq!(uids, ["source", "map", "map.1", "sink_one"]);
+        // An operator of another name added in front changes no other uid.
+        let uids = operator_uids(&graph(&[
+            ("archive", None),
+            ("source", None),
+            ("map", None),
+            ("map", None),
+            ("sink one", None),
+        ]))
+        .unwrap();
+        assert_eq!(uids, ["archive", "source", "map", "map.1", "sink_one"]);
+    }
+
+    #[test]
+    fn explicit_uids_are_kept_checked_and_unique() {
+        let uids = operator_uids(&graph(&[("map", Some("celsius")), ("map", None)])).unwrap();
+        assert_eq!(uids, ["celsius", "map"]);
+        let e = operator_uids(&graph(&[("a", Some("x")), ("b", Some("x"))])).unwrap_err().to_string();
+        assert!(e.contains("`a` and `b` have the same uid `x`"), "{e}");
+        let e = operator_uids(&graph(&[("map", None), ("other", Some("map"))])).unwrap_err().to_string();
+        assert!(e.contains("same uid `map`"), "{e}");
+        for bad in ["", "a b", "ü", &"x".repeat(121)] {
+            let e = operator_uids(&graph(&[("op", Some(bad))])).unwrap_err().to_string();
+            assert!(e.contains("must be 1 to 120 characters"), "{bad}: {e}");
+        }
+    }
 }

@@ -86,18 +86,32 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The key groups of fixed keys, written out: they are part of the state format (a
+    /// checkpoint's keyed state is stored by key group), so a toolchain, dependency or code
+    /// change that moves any of them breaks every restore, and must fail here first.
     #[test]
-    fn hashing_is_stable() {
-        // These values are part of the state format: changing them breaks restore.
-        assert_eq!(key_group_of(&42u64, 128), key_group_of(&42u64, 128));
+    fn golden_key_groups() {
         assert_eq!(key_group_of("sensor-7", 128), key_group_of(&"sensor-7".to_string(), 128));
-        let groups: Vec<u16> = (0u64..8).map(|k| key_group_of(&k, 128)).collect();
-        assert_eq!(groups, pinned_groups());
+        let ints: Vec<u16> = (0i64..10).map(|k| key_group_of(&k, 128)).collect();
+        let unsigned: Vec<u16> = [0u64, 1, 42, u64::MAX].iter().map(|k| key_group_of(k, 128)).collect();
+        let strings: Vec<u16> =
+            ["", "a", "sensor-7", "user-12", "ünïcödé"].iter().map(|k| key_group_of(*k, 128)).collect();
+        let tuples: Vec<u16> =
+            [("user-1".to_string(), 0u8), ("user-1".to_string(), 1), ("user-2".to_string(), 0)]
+                .iter()
+                .map(|k| key_group_of(k, 128))
+                .collect();
+        let other_max: Vec<u16> = (0i64..5).map(|k| key_group_of(&k, 64)).collect();
+        let hashes: Vec<u64> = [0i64, 1, 1_000_000].iter().map(stable_hash).collect();
+        let got = format!("{ints:?} {unsigned:?} {strings:?} {tuples:?} {other_max:?} {hashes:?}");
+        assert_eq!(
+            got, GOLDEN,
+            "the key-group hash changed: checkpoints of earlier builds no longer restore"
+        );
     }
 
-    fn pinned_groups() -> Vec<u16> {
-        (0u64..8).map(|k| (stable_hash(&k) % 128) as u16).collect()
-    }
+    const GOLDEN: &str = "[5, 30, 104, 15, 101, 4, 12, 2, 90, 14] [5, 30, 7, 1] [87, 27, 91, 66, 107] [83, 26, 91] \
+                           [5, 30, 40, 15, 37] [10289086932421556613, 2559488295069153438, 1209794114379875312]";
 
     #[test]
     fn keys_spread_over_groups() {

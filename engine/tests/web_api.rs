@@ -101,6 +101,17 @@ fn job(addr: SocketAddr) -> StreamEnv {
     env
 }
 
+/// A GET naming `host` in its Host header, over a plain TCP connection (an HTTP client
+/// library sets the header itself); the whole answer.
+fn raw_get(addr: SocketAddr, path: &str, host: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 struct Client {
     base: String,
     agent: ureq::Agent,
@@ -144,7 +155,8 @@ impl Client {
         Self::finish(self.agent.get(format!("{}{path}", self.base)).call().unwrap())
     }
     fn post(&self, path: &str) -> Reply {
-        Self::finish(self.agent.post(format!("{}{path}", self.base)).send_empty().unwrap())
+        let request = self.agent.post(format!("{}{path}", self.base)).content_type("application/json");
+        Self::finish(request.send("{}").unwrap())
     }
     fn post_json(&self, path: &str, body: &str) -> Reply {
         let request = self.agent.post(format!("{}{path}", self.base)).content_type("application/json");
@@ -365,6 +377,47 @@ fn every_endpoint_against_a_running_job() {
     assert!(c.post_json(&stop, r#"{"savepoint": "a/b"}"#).error(400).contains("`name`"));
     assert!(c.post_json(&stop, r#"{"save": "x"}"#).error(400).contains("`body`"));
     assert!(c.post("/api/v1/jobs/no-such-job/stop").error(404).contains("no-such-job"));
+
+    // --- other web sites: what any page can send is refused, the job keeps running
+    let cancel = format!("{}/api/v1/jobs/{JOB}/cancel", c.base);
+    let stop_url = format!("{}{stop}", c.base);
+    for (url, content_type, origin) in [
+        (&cancel, "text/plain", "http://evil.example"),
+        (&stop_url, "text/plain", "http://evil.example"),
+        (&cancel, "application/x-www-form-urlencoded", "null"),
+        (&cancel, "application/json", "http://evil.example"),
+        (&cancel, "application/json", "http://127.0.0.1:1"),
+    ] {
+        let mut r = c
+            .agent
+            .post(url)
+            .header("Origin", origin)
+            .content_type(content_type)
+            .send(r#"{"savepoint": null}"#)
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.body_mut().read_to_string().unwrap();
+        assert!(status == 403 || status == 415, "{content_type} from {origin}: {status} {body}");
+    }
+    let mut r = c
+        .agent
+        .post(&cancel)
+        .content_type("application/json")
+        .header("Sec-Fetch-Site", "cross-site")
+        .send("{}")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403, "{}", r.body_mut().read_to_string().unwrap());
+    // DNS rebinding: a request naming another host reads nothing.
+    let answer = raw_get(addr, &format!("/api/v1/jobs/{JOB}/state"), "evil.example:8081");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("--ui-allowed-host evil.example"), "{answer}");
+    assert!(raw_get(addr, &format!("/api/v1/jobs/{JOB}"), "localhost").starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        c.ok(&format!("/api/v1/jobs/{JOB}"))["status"],
+        "RUNNING",
+        "a refused request stopped the job"
+    );
+    assert!(!runner.is_finished());
 
     // --- cancel: accepted, and the job ends (which stops the server)
     let r = c.post(&format!("/api/v1/jobs/{JOB}/cancel"));

@@ -145,8 +145,9 @@ pub struct KafkaOutput {
 #[derive(Debug, Clone, Default)]
 pub struct ServeSinks {
     /// Readings upserted into `<schema>.sensor_readings` keyed (sensor_id, ts), window
-    /// statistics into `<schema>.window_stats` keyed (sensor_id, window_start). The
-    /// config's `table` and `key` are set per output.
+    /// statistics into `<schema>.window_stats` keyed (sensor_id, window_start), each
+    /// sensor's latest reading into `<schema>.sensor_latest` keyed sensor_id. The config's
+    /// `table` and `key` are set per output.
     pub postgres: Option<PostgresSinkConfig>,
     /// The latest reading of each sensor as the hash `sensor:{id}`.
     pub redis: Option<RedisSinkConfig>,
@@ -160,6 +161,8 @@ pub mod tables {
     pub const READINGS: &str = "sensor_readings";
     /// Window statistics, keyed (sensor_id, window_start).
     pub const WINDOWS: &str = "window_stats";
+    /// The latest reading of each sensor, keyed sensor_id: the same key in every epoch.
+    pub const LATEST: &str = "sensor_latest";
 }
 
 /// The job's settings (from flags in the binary).
@@ -177,7 +180,9 @@ pub struct TemperatureJob {
     pub serve: ServeSinks,
 }
 
-/// Names of the job's operators (metrics, progress line, UI).
+/// Names of the job's operators (metrics, progress line, UI), which are also their uids:
+/// the ids of their state in checkpoints, fixed so that a restore finds every operator's
+/// state whichever optional sinks are switched on or off.
 pub mod names {
     /// The generator source.
     pub const SOURCE: &str = "sensor-generator";
@@ -197,10 +202,14 @@ pub mod names {
     pub const READINGS_POSTGRES: &str = "readings-postgres";
     /// Window statistics into PostgreSQL.
     pub const WINDOWS_POSTGRES: &str = "windows-postgres";
+    /// Each sensor's latest reading into PostgreSQL.
+    pub const LATEST_POSTGRES: &str = "latest-postgres";
     /// Latest reading per sensor into Redis.
     pub const READINGS_REDIS: &str = "readings-redis";
     /// Readings archived as Avro files.
     pub const READINGS_ARCHIVE: &str = "readings-archive";
+    /// Window result → `WindowStats`.
+    pub const TO_WINDOW_STATS: &str = "to-window-stats";
 }
 
 impl TemperatureJob {
@@ -211,7 +220,7 @@ impl TemperatureJob {
                 .with_idleness(Duration::from_secs(30));
         let raw = match &self.source {
             SourceKind::Generator(generator) => {
-                env.source(names::SOURCE, generator.clone().build()?, watermarks)
+                env.source(names::SOURCE, generator.clone().build()?, watermarks).uid(names::SOURCE)
             }
             SourceKind::Kafka(input) => {
                 let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
@@ -224,15 +233,22 @@ impl TemperatureJob {
                     }
                     None => env.source(names::KAFKA_SOURCE, source, watermarks),
                 }
+                .uid(names::KAFKA_SOURCE)
             }
         };
-        let readings =
-            raw.map(to_celsius).name(names::TO_CELSIUS).filter(is_plausible).name(names::ANOMALY_FILTER);
+        let readings = raw
+            .map(to_celsius)
+            .name(names::TO_CELSIUS)
+            .uid(names::TO_CELSIUS)
+            .filter(is_plausible)
+            .name(names::ANOMALY_FILTER)
+            .uid(names::ANOMALY_FILTER);
         let windows = readings
             .clone()
             .key_by(|r: &ProcessedReading| r.sensor_id)
             .window(WindowAssigner::tumbling(self.window))
             .name(names::WINDOWS)
+            .uid(names::WINDOWS)
             .aggregate(TempStats)
             .map(|w| WindowStats {
                 sensor_id: w.key,
@@ -243,28 +259,51 @@ impl TemperatureJob {
                 max_c: w.value.max,
                 mean_c: w.value.sum / w.value.count.max(1) as f64,
             })
-            .name("to-window-stats");
+            .name(names::TO_WINDOW_STATS)
+            .uid(names::TO_WINDOW_STATS);
         if let Some(pg) = &self.serve.postgres {
             let mut readings_pg = pg.clone();
             readings_pg.table = tables::READINGS.into();
             readings_pg.key = vec!["sensor_id".into(), "ts".into()];
             readings_pg.validate()?;
-            readings.clone().sink(names::READINGS_POSTGRES, move |_| readings_pg.build::<ProcessedReading>());
+            readings
+                .clone()
+                .sink(names::READINGS_POSTGRES, move |_| readings_pg.build::<ProcessedReading>())
+                .uid(names::READINGS_POSTGRES);
             let mut windows_pg = pg.clone();
             windows_pg.table = tables::WINDOWS.into();
             windows_pg.key = vec!["sensor_id".into(), "window_start".into()];
             windows_pg.validate()?;
-            windows.clone().sink(names::WINDOWS_POSTGRES, move |_| windows_pg.build::<WindowStats>());
+            windows
+                .clone()
+                .sink(names::WINDOWS_POSTGRES, move |_| windows_pg.build::<WindowStats>())
+                .uid(names::WINDOWS_POSTGRES);
+            let mut latest_pg = pg.clone();
+            latest_pg.table = tables::LATEST.into();
+            latest_pg.key = vec!["sensor_id".into()];
+            latest_pg.validate()?;
+            // A sensor's readings come in order through one subtask (one generator split or
+            // Kafka partition each): the last upsert of an epoch is its latest reading.
+            readings
+                .clone()
+                .sink(names::LATEST_POSTGRES, move |_| latest_pg.build::<ProcessedReading>())
+                .uid(names::LATEST_POSTGRES);
         }
         if let Some(redis) = &self.serve.redis {
             redis.validate()?;
             let redis = redis.clone();
-            readings.clone().sink(names::READINGS_REDIS, move |_| redis.build::<ProcessedReading>());
+            readings
+                .clone()
+                .sink(names::READINGS_REDIS, move |_| redis.build::<ProcessedReading>())
+                .uid(names::READINGS_REDIS);
         }
         if let Some(archive) = &self.serve.archive {
             archive.validate()?;
             let archive = archive.clone();
-            readings.clone().sink(names::READINGS_ARCHIVE, move |_| archive.build::<ProcessedReading>());
+            readings
+                .clone()
+                .sink(names::READINGS_ARCHIVE, move |_| archive.build::<ProcessedReading>())
+                .uid(names::READINGS_ARCHIVE);
         }
         self.sink(readings, names::READINGS_SINK, "readings", |r| r.sensor_id);
         self.sink(windows, names::WINDOWS_SINK, "windows", |w| w.sensor_id);
@@ -287,21 +326,23 @@ impl TemperatureJob {
                 config.transactional_id_prefix =
                     output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
                 let registry = output.schema_registry.clone();
-                stream.sink(name, move |_| {
-                    let serializer = AvroSerializer::<T>::new(&registry).keyed(key);
-                    Ok(KafkaSink::new(config.clone(), serializer))
-                });
+                stream
+                    .sink(name, move |_| {
+                        let serializer = AvroSerializer::<T>::new(&registry).keyed(key);
+                        Ok(KafkaSink::new(config.clone(), serializer))
+                    })
+                    .uid(name);
             }
             SinkKind::File(dir) => {
                 let dir = dir.join(folder);
-                stream.sink(name, move |_| Ok(JsonFileSink::new(dir.clone())));
+                stream.sink(name, move |_| Ok(JsonFileSink::new(dir.clone()))).uid(name);
             }
             SinkKind::Stdout => {
                 let prefix = folder.to_string();
-                stream.sink(name, move |_| Ok(StdoutSink::new(&prefix)));
+                stream.sink(name, move |_| Ok(StdoutSink::new(&prefix))).uid(name);
             }
             SinkKind::Discard => {
-                stream.sink(name, |_| Ok(DiscardSink::default()));
+                stream.sink(name, |_| Ok(DiscardSink::default())).uid(name);
             }
         }
     }

@@ -15,7 +15,8 @@ use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner
 use caudal_schemas::{EventType, UserInteraction, UserInteractionCount};
 use std::time::Duration;
 
-/// Names of the job's operators.
+/// Names of the job's operators, which are also their uids (the ids of their state in
+/// checkpoints).
 pub mod names {
     /// The Kafka source.
     pub const SOURCE: &str = "interactions";
@@ -23,6 +24,8 @@ pub mod names {
     pub const WINDOWS: &str = "count-per-user-and-type";
     /// The Kafka sink.
     pub const SINK: &str = "interaction-counts";
+    /// Window result → `UserInteractionCount`.
+    pub const TO_COUNTS: &str = "to-counts";
 }
 
 /// Counts records.
@@ -85,9 +88,11 @@ impl UserInteractionsJob {
         sink.transactional_id_prefix = self.transactional_id_prefix.clone();
         let registry = self.schema_registry.clone();
         env.source(names::SOURCE, source, watermarks)
+            .uid(names::SOURCE)
             .key_by(|e: &UserInteraction| (e.user_id.clone(), e.event_type))
             .window(WindowAssigner::tumbling(self.window))
             .name(names::WINDOWS)
+            .uid(names::WINDOWS)
             .aggregate(Count)
             .map(|w| UserInteractionCount {
                 user_id: w.key.0.clone(),
@@ -96,12 +101,14 @@ impl UserInteractionsJob {
                 window_end: w.window.end,
                 count: w.value,
             })
-            .name("to-counts")
+            .name(names::TO_COUNTS)
+            .uid(names::TO_COUNTS)
             .sink(names::SINK, move |_| {
                 let serializer =
                     AvroSerializer::<UserInteractionCount>::new(&registry).keyed(|c| c.user_id.clone());
                 Ok(KafkaSink::new(sink.clone(), serializer))
-            });
+            })
+            .uid(names::SINK);
         Ok(())
     }
 }

@@ -226,6 +226,40 @@ fn crash_during_restore_before_the_pending_commit() {
     assert_equals_clean(&stack, &run, "during-restore");
 }
 
+/// The restore of a changed graph, on Kafka: an archive sink added after the crash (in
+/// front of the Kafka sinks in the graph) leaves their uids and so their pending
+/// transactions found, and the output equals the clean run's; the archive removed again
+/// fails the restore before anything is processed, naming its uid, and
+/// --allow-non-restored-state drops it with the Kafka output still exact.
+#[test]
+fn a_restore_with_a_sink_added_or_removed_keeps_the_kafka_output_exact() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let point = "after-metadata-before-notify";
+    let archive = tempfile::tempdir().unwrap();
+    let archive_dir = archive.path().display().to_string();
+    let archive_flag: &'static str = Box::leak(archive_dir.into_boxed_str());
+    // Added.
+    let mut run = new_run(&stack, "graph-added");
+    let (status, err) = wait(spawn(&stack, &run, false, Some(&format!("{point}:3"))));
+    assert_eq!(status.signal(), Some(9), "not killed at {point}: {err}");
+    run.extra = vec!["--archive", archive_flag];
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "restored with an archive sink added");
+    // Removed.
+    let mut run = new_run(&stack, "graph-removed");
+    run.extra = vec!["--archive", archive_flag];
+    let (status, err) = wait(spawn(&stack, &run, false, Some(&format!("{point}:3"))));
+    assert_eq!(status.signal(), Some(9), "not killed at {point}: {err}");
+    run.extra = Vec::new();
+    let (status, err) = wait(spawn(&stack, &run, true, None));
+    assert!(!status.success(), "a restore dropping the archive's pending epoch must fail: {err}");
+    assert!(err.contains("holds state of operators this job does not have: readings-archive"), "{err}");
+    run.extra = vec!["--allow-non-restored-state"];
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "restored without the archive, non-restored state allowed");
+}
+
 #[test]
 fn restored_twice_from_the_same_checkpoint() {
     // The first restore commits checkpoint 3's transactions and crashes before checkpoint

@@ -97,7 +97,7 @@ impl Api {
     /// Cancel the job through the API and wait for it to end.
     fn cancel(&self, runner: std::thread::JoinHandle<caudal::Result<caudal::JobResult>>) {
         let url = format!("{}/api/v1/jobs/{}/cancel", self.base, self.job);
-        let r = self.agent.post(url).send_empty().unwrap();
+        let r = self.agent.post(url).content_type("application/json").send("{}").unwrap();
         assert_eq!(r.status().as_u16(), 202);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !runner.is_finished() {

@@ -54,6 +54,8 @@ struct Target {
     s3: S3Config,
     env: Vec<(String, String)>,
     extra: Vec<String>,
+    /// Values that replace those of `args()`'s base flags (`--records`, `--rate`, …).
+    set: Vec<(&'static str, String)>,
     /// Serve the REST API on this port while the job runs (`None`: `--no-ui`).
     ui_port: Option<u16>,
 }
@@ -73,6 +75,7 @@ impl Target {
             s3: S3Config::default(),
             env: Vec::new(),
             extra: Vec::new(),
+            set: Vec::new(),
             ui_port: None,
             _tmp: tmp,
         }
@@ -115,6 +118,10 @@ impl Target {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        for (flag, value) in &self.set {
+            let i = a.iter().position(|f| f == flag).unwrap_or_else(|| panic!("{flag} is not a base flag"));
+            a[i + 1] = value.clone();
+        }
         for (flag, value) in [
             ("--output", self.out.display().to_string()),
             ("--checkpoint-dir", self.ckpt.display().to_string()),
@@ -179,6 +186,13 @@ impl Target {
                 &format!(
                     "SELECT sensor_id, window_start, window_end, count, min_c, max_c, mean_c \
                      FROM \"{}\".window_stats ORDER BY 1, 2",
+                    self.schema
+                ),
+            ),
+            latest: pg_rows(
+                &self.pg_url,
+                &format!(
+                    "SELECT sensor_id, ts, lat, lon, temp_c, temp_f FROM \"{}\".sensor_latest ORDER BY 1",
                     self.schema
                 ),
             ),
@@ -306,6 +320,8 @@ fn archive(url: &str, s3: &S3Config) -> BTreeMap<String, Vec<String>> {
 struct Results {
     readings: Vec<String>,
     windows: Vec<String>,
+    /// `sensor_latest`: one row per sensor, upserted in every epoch.
+    latest: Vec<String>,
     hashes: BTreeMap<String, BTreeMap<String, String>>,
     archive: BTreeMap<String, Vec<String>>,
 }
@@ -315,6 +331,7 @@ fn assert_same(got: &Results, want: &Results, what: &str) {
     assert!(got.readings == want.readings, "{what}: PostgreSQL readings differ from the clean run");
     assert_eq!(got.windows.len(), want.windows.len(), "{what}: PostgreSQL window rows");
     assert!(got.windows == want.windows, "{what}: PostgreSQL windows differ from the clean run");
+    assert_eq!(got.latest, want.latest, "{what}: PostgreSQL sensor_latest differs from the clean run");
     assert_eq!(got.hashes, want.hashes, "{what}: Redis hashes differ from the clean run");
     let count = |a: &BTreeMap<String, Vec<String>>| a.values().map(Vec::len).sum::<usize>();
     assert_eq!(
@@ -341,6 +358,7 @@ fn clean(pg: &str, redis: &str) -> &'static Results {
             r.readings.len(),
             r.windows.len()
         );
+        assert_eq!(r.latest, latest_of(&r.readings), "sensor_latest holds each sensor's last reading");
         assert_eq!(r.hashes.len(), 20, "one hash per sensor");
         assert!(r
             .hashes
@@ -349,6 +367,79 @@ fn clean(pg: &str, redis: &str) -> &'static Results {
         assert_eq!(r.archive.values().map(Vec::len).sum::<usize>(), r.readings.len());
         r
     })
+}
+
+/// Each sensor's reading with the largest timestamp, from rows `sensor_id|ts|…` sorted by
+/// (sensor_id, ts): what `sensor_latest` must hold.
+fn latest_of(readings: &[String]) -> Vec<String> {
+    let sensor = |row: &str| row.split('|').next().unwrap_or_default().to_string();
+    let mut latest: Vec<String> = Vec::new();
+    for row in readings {
+        match latest.last_mut() {
+            Some(last) if sensor(last) == sensor(row) => *last = row.clone(),
+            _ => latest.push(row.clone()),
+        }
+    }
+    latest
+}
+
+/// The scenario that hung before: each sensor's key repeats in every epoch of
+/// `sensor_latest`, rows go out after 1 ms, checkpoints every second. Epoch n+1's upsert of a
+/// key must not wait on the row lock of epoch n's prepared transaction, whose COMMIT
+/// PREPARED runs on the same task thread.
+#[test]
+fn a_key_upserted_in_every_epoch_with_a_short_linger_neither_hangs_nor_loses() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let mut t = Target::new("latest", &pg, &redis);
+    t.set = vec![
+        ("--sensors", "10".into()),
+        ("--records", "20000".into()),
+        ("--rate", "200".into()),
+        ("--event-interval-ms", "5".into()),
+        ("--checkpoint-interval", "1".into()),
+    ];
+    t.extra = vec!["--postgres-linger-ms".into(), "1".into()];
+    let mut child = t.spawn(false);
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(90) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hung = child.try_wait().unwrap().is_none();
+    if hung {
+        child.kill().unwrap();
+    }
+    let (status, err) = wait(child);
+    let got = t.results();
+    // A prepared transaction left behind holds its locks on the schema's tables.
+    let prepared = pg_rows(
+        &pg,
+        &format!(
+            "SELECT c.relname || ' ' || l.mode FROM pg_locks l JOIN pg_class c ON l.relation = c.oid \
+             JOIN pg_namespace n ON c.relnamespace = n.oid WHERE n.nspname = '{}'",
+            t.schema
+        ),
+    );
+    t.cleanup();
+    assert!(!hung, "the job hung (killed after 90 s): {err}");
+    assert!(status.success(), "{err}");
+    let files = published_lines(&t.out.join("readings"));
+    assert!(files > 19_000, "the file sink published {files} readings");
+    assert_eq!(got.readings.len(), files, "PostgreSQL has every reading the file sink published");
+    assert_eq!(got.latest.len(), 10, "one row per sensor");
+    assert_eq!(got.latest, latest_of(&got.readings), "sensor_latest holds each sensor's last reading");
+    assert!(prepared.is_empty(), "locks of prepared transactions left behind: {prepared:?}");
+}
+
+fn published_lines(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap().lines().count())
+        .sum()
 }
 
 /// A tiny deterministic RNG for kill times.

@@ -28,7 +28,7 @@ pub(crate) fn unique(what: &str) -> String {
 /// The context of subtask `subtask` of a checkpointing job `job`, restored from `restored`.
 pub(crate) fn context(job: &str, subtask: u32, restored: Option<u64>) -> OperatorContext {
     let mut ctx = OperatorContext::unkeyed(job, "sink", subtask, 1);
-    ctx.operator_uid = "9-sink".into();
+    ctx.operator_uid = "sink".into();
     ctx.checkpointing = true;
     ctx.restored_checkpoint = restored.map(CheckpointId);
     ctx

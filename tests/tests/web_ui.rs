@@ -685,3 +685,85 @@ impl Drop for StopOnDrop {
         }
     }
 }
+
+/// Serves `html` to every request on `listener` (a page of another origin), until the test ends.
+fn serve_page(listener: std::net::TcpListener, html: String) {
+    use std::io::{Read, Write};
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{html}",
+                html.len()
+            );
+        }
+    });
+}
+
+/// A page of another origin that the user visits while the job runs tries what any page can:
+/// a form POST and a `fetch` to stop or cancel the job (simple requests, no preflight), and a
+/// JSON `fetch` (which needs a preflight the server never grants). None gets through: the job
+/// is still running afterwards.
+#[test]
+fn a_page_of_another_origin_cannot_stop_or_cancel_a_job_in_chromium() {
+    let addr = free_addr();
+    let (stop, _runner) = start_temperature(addr);
+    let _stop_on_panic = StopOnDrop(Some(stop));
+    let base = format!("http://{addr}");
+    let http = agent();
+    let status = |http: &ureq::Agent| -> Option<String> {
+        let mut r = http.get(format!("{base}/api/v1/jobs/temperature")).call().ok()?;
+        let v: Value = r.body_mut().read_json().ok()?;
+        v["status"].as_str().map(str::to_string)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status(&http).as_deref() != Some("RUNNING") {
+        assert!(Instant::now() < deadline, "the job did not come up on {addr}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let evil = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let evil_url = format!("http://{}/", evil.local_addr().unwrap());
+    let job = format!("{base}/api/v1/jobs/temperature");
+    serve_page(
+        evil,
+        format!(
+            r#"<!doctype html><html><body>
+<iframe name="sink"></iframe>
+<form id="f" method="POST" action="{job}/cancel" enctype="text/plain" target="sink">
+  <input name='{{"savepoint":' value='null}}'></form>
+<script>
+window.results = [];
+const post = (what, path, type) => fetch("{job}" + path, {{
+    method: "POST", mode: what === "json" ? "cors" : "no-cors",
+    headers: {{ "Content-Type": type }}, body: "{{}}" }})
+  .then(r => results.push(what + ":" + r.type + ":" + r.status))
+  .catch(e => results.push(what + ":blocked"));
+post("text-stop", "/stop", "text/plain");
+post("text-cancel", "/cancel", "text/plain");
+post("json", "/cancel", "application/json");
+document.getElementById("f").submit();
+</script></body></html>"#
+        ),
+    );
+    let browser = Browser::start();
+    browser.goto(&evil_url);
+    let results = browser.wait_for(
+        "the page's three requests",
+        "return window.results && window.results.length === 3 ? window.results.slice().sort() : null;",
+        Duration::from_secs(20),
+    );
+    let results: Vec<String> =
+        results.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    // Simple requests go out (their answers are opaque to the page); the JSON one never
+    // passes its preflight.
+    assert!(results.contains(&"json:blocked".to_string()), "{results:?}");
+    std::thread::sleep(Duration::from_millis(1500)); // the form post and the stop would act by now
+    assert_eq!(
+        status(&http).as_deref(),
+        Some("RUNNING"),
+        "a page of another origin stopped the job: {results:?}"
+    );
+    browser.full_page_screenshot(&artifacts().join("cross-origin-refused.png"));
+}

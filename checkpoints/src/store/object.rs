@@ -254,6 +254,21 @@ impl ObjectCheckpointStore {
         })
     }
 
+    /// A local store makes what it wrote durable before it says so: the file, and the
+    /// directories above it (the rename that published it, the directory it created). `object_store` does neither, and a
+    /// checkpoint whose `_metadata` survives a power loss only as an empty file — while the
+    /// sinks already committed its epoch — cannot be restored.
+    fn sync_local(&self, path: &str) -> Result<()> {
+        let Some(root) = &self.local_root else { return Ok(()) };
+        let file = root.join(path.trim_start_matches('/'));
+        std::fs::File::open(&file).and_then(|f| f.sync_all()).map_err(Error::io("syncing", &file))?;
+        // The directories up to the root: a new `chk-<n>/` is an entry of its parent too.
+        for dir in file.ancestors().skip(1).take_while(|d| d.starts_with(root)) {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(Error::io("syncing", dir))?;
+        }
+        Ok(())
+    }
+
     /// Runs `f` on the store's runtime. Called from inside another tokio runtime (a
     /// REST handler, say), it runs on a short-lived helper thread instead of panicking.
     fn block_on<F>(&self, f: F) -> F::Output
@@ -306,7 +321,8 @@ impl CheckpointStore for ObjectCheckpointStore {
     fn put(&self, path: &str, data: Bytes) -> Result<()> {
         self.block_on(self.store.put(&object_path(path), PutPayload::from(data)))
             .map(|_| ())
-            .map_err(map_err("put", path))
+            .map_err(map_err("put", path))?;
+        self.sync_local(path)
     }
 
     fn put_if_absent(&self, path: &str, data: Bytes) -> Result<()> {
@@ -318,7 +334,7 @@ impl CheckpointStore for ObjectCheckpointStore {
         }
         let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
         match self.block_on(self.store.put_opts(&object_path(path), PutPayload::from(data), opts)) {
-            Ok(_) => Ok(()),
+            Ok(_) => self.sync_local(path),
             Err(object_store::Error::Precondition { .. }) => {
                 Err(Error::AlreadyExists { path: path.to_string() })
             }
@@ -368,7 +384,7 @@ impl CheckpointStore for ObjectCheckpointStore {
             .buffer_unordered(UPLOAD_CONCURRENCY)
             .try_collect::<Vec<()>>(),
         )?;
-        Ok(())
+        files.iter().try_for_each(|(path, _)| self.sync_local(path))
     }
 
     fn copy(&self, from: &str, to: &str) -> Result<()> {

@@ -8,6 +8,7 @@ use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::runtime::chain::Fanout;
 use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, JobStateEnv, RestoredState};
+use crate::runtime::state_dir::LocalStateDir;
 use crate::runtime::task::{SourceRunner, SourceTaskSettings};
 use crate::runtime::upload::Uploader;
 use crate::source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
@@ -212,10 +213,9 @@ impl StreamEnv {
         let started = Instant::now();
         let graph = self.graph.borrow();
         let compiled = compile(&graph, &self.config, job_name)?;
-        let checkpointing =
-            self.config.checkpoints.interval.is_some() || self.config.checkpoints.restore.is_some();
+        let checkpointing = self.config.checkpoints.enabled();
         let (coordinator_parts, restored) = if checkpointing {
-            let (store, paths, restored) = open_and_load_restore(&self.config.checkpoints, job_name)?;
+            let (store, paths, restored) = open_and_load_restore(&self.config.checkpoints, &compiled.plan)?;
             if let Some(name) = &self.config.checkpoints.savepoint_on_stop {
                 paths.savepoint_dir(name).map_err(|e| Error::config("savepoint_on_stop", e.to_string()))?;
             }
@@ -223,18 +223,18 @@ impl StreamEnv {
         } else {
             (None, RestoredState::default())
         };
+        let state_dir = LocalStateDir::create(self.config.state_dir.as_deref(), job_name)?;
         let state = JobStateEnv {
             // Every call is a run of its own, even a restore in the same process.
             attempt: crate::operator::new_attempt_id(),
             config: self.config.state.clone(),
-            dir: LocalStateDir::create(self.config.state_dir.as_deref(), job_name)?,
+            dir: state_dir.path().to_path_buf(),
             paths: coordinator_parts
                 .as_ref()
                 .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
             store: coordinator_parts.as_ref().map(|(s, _)| s.clone()),
             queries: Some(Arc::new(crate::state_query::StateQueries::new())),
         };
-        let state_dir = LocalStateDir(state.dir.clone());
         let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored, &state)?;
         drop(graph);
         let stop_requested = self.control.stop_requested.clone();
@@ -275,7 +275,8 @@ impl StreamEnv {
         // the coordinator, so that a savepoint can be asked for from the first request on.
         let _web = match self.config.web_bind {
             Some(addr) => {
-                let server = crate::web::WebServer::start_for_job(addr, view.clone());
+                let server =
+                    crate::web::WebServer::start_for_job(addr, view.clone(), &self.config.web_allowed_hosts);
                 Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
             }
             None => None,
@@ -303,10 +304,19 @@ impl StreamEnv {
             }
             match coordinator.as_mut() {
                 Some(c) if !self.control.cancel.load(Ordering::SeqCst) => {
-                    let tick = c.tick(&handles, &view, stopping)?;
-                    let overdue = stop_since.is_some_and(|t| t.elapsed() > c.stop_timeout());
-                    if tick == Tick::StopSources || overdue {
-                        self.control.stop.store(true, Ordering::SeqCst);
+                    // The end-of-input rule: sources stop (and sinks close) only after the
+                    // final checkpoint completed; a job whose checkpoints fail beyond what
+                    // it tolerates, or whose final checkpoint is overdue, fails instead.
+                    match c.tick(&handles, &view, stopping) {
+                        Ok(Tick::StopSources) => self.control.stop.store(true, Ordering::SeqCst),
+                        Ok(Tick::Continue) => {
+                            if let Some(waited) = stop_since.map(|t| t.elapsed()) {
+                                if waited > c.stop_timeout() && !c.final_checkpoint_done() {
+                                    self.control.fail(c.final_checkpoint_overdue(waited));
+                                }
+                            }
+                        }
+                        Err(e) => self.control.fail(e),
                     }
                 }
                 _ if stopping => self.control.stop.store(true, Ordering::SeqCst),
@@ -354,49 +364,6 @@ fn coordinator_parts_store(
     checkpointing: bool,
 ) -> Option<Arc<dyn caudal_checkpoints::CheckpointStore>> {
     state.store.clone().filter(|_| checkpointing)
-}
-
-/// The job's local state directory (RocksDB working files), removed when the job ends.
-pub(crate) struct LocalStateDir(pub(crate) std::path::PathBuf);
-
-impl LocalStateDir {
-    /// `<base>/<job>-<pid>-<n>`, `base` = `state_dir` or `<temp>/caudal-state`. Directories
-    /// left there by processes that no longer run (killed jobs) are removed first.
-    pub(crate) fn create(base: Option<&std::path::Path>, job: &str) -> Result<std::path::PathBuf> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let base =
-            base.map_or_else(|| std::env::temp_dir().join("caudal-state"), std::path::Path::to_path_buf);
-        remove_dirs_of_dead_processes(&base);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let safe: String =
-            job.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let dir = base.join(format!("{safe}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io(format!("creating state dir {}", dir.display()), e))?;
-        Ok(dir)
-    }
-}
-
-/// Removes `<base>/<job>-<pid>-<n>` directories whose process is gone (Linux: no `/proc/<pid>`).
-fn remove_dirs_of_dead_processes(base: &std::path::Path) {
-    let proc = std::path::Path::new("/proc");
-    if !proc.join("self").exists() {
-        return;
-    }
-    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let mut parts = name.rsplitn(3, '-');
-        let (Some(_n), Some(pid), Some(_job)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        if pid.parse::<u32>().is_ok() && !proc.join(pid).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-impl Drop for LocalStateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 struct IterSource<T> {

@@ -68,6 +68,17 @@ impl<T: Data> DataStream<T> {
         self
     }
 
+    /// Set this operator's uid: the id its state has in checkpoints and savepoints.
+    ///
+    /// A restore finds each operator's state by uid, so set one on every stateful operator
+    /// and sink of a job that will be changed and restored (as in Flink). Without one the
+    /// uid is derived from the name, which changes when another operator of the same name
+    /// is added before this one. `[A-Za-z0-9._-]`, at most 120 characters, unique in the job.
+    pub fn uid(self, uid: &str) -> Self {
+        self.graph.borrow_mut().set_uid(self.node, uid);
+        self
+    }
+
     /// Distribute the next operator's input round-robin over its subtasks.
     pub fn rebalance(mut self) -> Self {
         self.next_edge = EdgeKind::Rebalance;
@@ -231,6 +242,13 @@ impl DataStreamSink {
     /// Run the sink with `parallelism` subtasks.
     pub fn parallelism(self, parallelism: u32) -> Self {
         self.graph.borrow_mut().set_parallelism(self.node, parallelism);
+        self
+    }
+
+    /// Set the sink's uid: the id of its state (its pending epochs) in checkpoints. See
+    /// [`DataStream::uid`].
+    pub fn uid(self, uid: &str) -> Self {
+        self.graph.borrow_mut().set_uid(self.node, uid);
         self
     }
 }

@@ -28,6 +28,10 @@ enum Commands {
         /// Address of the REST API and web UI (and of binary uploads).
         #[arg(long, default_value = "127.0.0.1:8081")]
         bind: SocketAddr,
+        /// A host name the REST API and web UI answer to besides IP addresses and localhost
+        /// (repeatable); requests naming any other host are refused (DNS rebinding).
+        #[arg(long = "ui-allowed-host", value_name = "NAME")]
+        ui_allowed_hosts: Vec<String>,
         /// Address of the control port task managers and executors connect to.
         #[arg(long, default_value = "127.0.0.1:6123")]
         rpc_bind: SocketAddr,
@@ -164,6 +168,7 @@ fn run(command: Commands) -> Result<ExitCode> {
     match command {
         Commands::Jobmanager {
             bind,
+            ui_allowed_hosts,
             rpc_bind,
             checkpoint_dir,
             data_dir,
@@ -175,6 +180,7 @@ fn run(command: Commands) -> Result<ExitCode> {
         } => {
             let jm = JobManager::start(JobManagerConfig {
                 http_bind: bind,
+                http_allowed_hosts: ui_allowed_hosts,
                 rpc_bind,
                 checkpoint_url: checkpoint_dir,
                 data_dir,

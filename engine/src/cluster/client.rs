@@ -85,7 +85,10 @@ impl JobManagerClient {
     pub(crate) fn cancel(&self, job: &str) -> Result<ClusterJobView> {
         self.answer(
             &format!("cancel `{job}`"),
-            self.agent.post(format!("{}/api/v1/cluster/jobs/{job}/cancel", self.base)).send_empty(),
+            self.agent
+                .post(format!("{}/api/v1/cluster/jobs/{job}/cancel", self.base))
+                .content_type("application/json")
+                .send("{}"),
         )
     }
 

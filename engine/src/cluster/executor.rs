@@ -14,11 +14,11 @@ use super::protocol::{
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
 use super::state_forward::ExecutorStateServer;
-use crate::api::env::LocalStateDir;
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
 use crate::coordinator::open_and_load_restore;
 use crate::runtime::executor::{build_tasks_placed, compile, spawn, JobStateEnv, RestoredState};
+use crate::runtime::state_dir::LocalStateDir;
 use crate::runtime::task::CheckpointAck;
 use crate::runtime::task::TaskCommand;
 use crate::runtime::upload::Uploader;
@@ -138,9 +138,9 @@ fn run_deployed(
     let started = Instant::now();
     let graph = env.graph.borrow();
     let compiled = compile(&graph, config, job_name)?;
-    let checkpointing = config.checkpoints.interval.is_some() || config.checkpoints.restore.is_some();
+    let checkpointing = config.checkpoints.enabled();
     let (storage, restored) = if checkpointing {
-        let (store, paths, restored) = open_and_load_restore(&config.checkpoints, job_name)?;
+        let (store, paths, restored) = open_and_load_restore(&config.checkpoints, &compiled.plan)?;
         (Some((store, paths)), restored)
     } else {
         (None, RestoredState::default())
@@ -148,6 +148,7 @@ fn run_deployed(
     // Keyed state backends, as in embedded mode (local working files, uploads to storage).
     let queries = Arc::new(crate::state_query::StateQueries::new());
     let mut state_server = ExecutorStateServer::new(queries.clone());
+    let state_dir = LocalStateDir::create(config.state_dir.as_deref(), job_name)?;
     let state = JobStateEnv {
         // The job manager's attempt: the same in every executor of it, new in the next one.
         attempt: if deployment.attempt.is_empty() {
@@ -156,7 +157,7 @@ fn run_deployed(
             deployment.attempt.clone()
         },
         config: config.state.clone(),
-        dir: LocalStateDir::create(config.state_dir.as_deref(), job_name)?,
+        dir: state_dir.path().to_path_buf(),
         paths: storage
             .as_ref()
             .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
@@ -164,7 +165,6 @@ fn run_deployed(
         // The job manager's state browser reaches these through `state_forward`.
         queries: Some(queries.clone()),
     };
-    let _state_dir = LocalStateDir(state.dir.clone());
     // Subtasks of other executors' slots are built there; channels to them cross the network.
     let me = deployment.executor_index;
     let mut remote = match deployment.peers.get(me as usize) {
@@ -189,7 +189,7 @@ fn run_deployed(
         let capacity = (config.channel_capacity / config.batch_size).max(1);
         senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control)?;
     }
-    let uploader = match state.store.clone().filter(|_| config.checkpoints.interval.is_some()) {
+    let uploader = match state.store.clone().filter(|_| config.checkpoints.enabled()) {
         Some(store) => Some(Uploader::start(store)?),
         None => None,
     };

@@ -82,6 +82,7 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
         task_of[v] =
             if chained[v].len() == 1 && chained[v][0] { task_of[graph.nodes[v].inputs[0].from] } else { v };
     }
+    let uids = crate::graph::operator_uids(&graph.nodes)?;
     let plan = JobPlan {
         job: job.to_string(),
         max_parallelism: config.max_parallelism,
@@ -95,7 +96,7 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
                 kind: node.kind.label(),
                 parallelism: parallelism[i],
                 task: task_of[i],
-                uid: crate::graph::operator_uid(i, &node.name),
+                uid: uids[i].clone(),
             })
             .collect(),
         edges: graph
@@ -272,7 +273,7 @@ pub(crate) fn build_tasks_placed(
                         metrics: node_metrics[h][i as usize].clone(),
                         batch_size: config.batch_size,
                         linger: config.linger,
-                        checkpointing: config.checkpoints.interval.is_some(),
+                        checkpointing: config.checkpoints.enabled(),
                         latency_marker_interval: config.latency_marker_interval,
                     };
                     Runnable::Source(factory(ctx, setup, targets)?)
@@ -378,7 +379,7 @@ impl ChainBuilder<'_> {
             watermark: MIN_WATERMARK,
             metrics: self.node_metrics[n][i as usize].clone(),
             operator_uid: self.compiled.plan.operators[n].uid.clone(),
-            checkpointing: self.config.checkpoints.interval.is_some(),
+            checkpointing: self.config.checkpoints.enabled(),
             checkpoint_timing: self.config.checkpoints.interval.map(|i| (i, self.config.checkpoints.timeout)),
             restored_checkpoint: self.restored.checkpoint,
             attempt: self.state.attempt.clone(),

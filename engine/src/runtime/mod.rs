@@ -3,6 +3,7 @@
 pub(crate) mod chain;
 pub(crate) mod exchange;
 pub(crate) mod executor;
+pub(crate) mod state_dir;
 pub(crate) mod task;
 pub(crate) mod upload;
 

@@ -366,6 +366,12 @@ impl InputGate {
             if env.cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
             }
+            // Commands before data: a checkpoint's completion, sent before the next barrier
+            // was even triggered, reaches the sinks before that barrier does (a sink may
+            // hold back writes until its pre-committed epoch is committed).
+            while let Ok(cmd) = env.commands.try_recv() {
+                Self::on_command(cmd, head)?;
+            }
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(self.inputs.len());
             for (i, input) in self.inputs.iter().enumerate() {
@@ -381,9 +387,7 @@ impl InputGate {
             };
             if op.index() == control {
                 match op.recv(&env.commands) {
-                    Ok(TaskCommand::CheckpointComplete(id)) => head.checkpoint_complete(id)?,
-                    Ok(TaskCommand::TriggerCheckpoint(_)) => {}
-                    Ok(TaskCommand::ServeStateQueries) => head.serve_state_queries()?,
+                    Ok(cmd) => Self::on_command(cmd, head)?,
                     Err(_) => return Err(Error::Cancelled),
                 }
                 continue;
@@ -399,6 +403,14 @@ impl InputGate {
             if self.on_message(i, msg, head, env)? {
                 return Ok(());
             }
+        }
+    }
+
+    fn on_command(cmd: TaskCommand, head: &mut dyn ChainNode) -> Result<()> {
+        match cmd {
+            TaskCommand::CheckpointComplete(id) => head.checkpoint_complete(id),
+            TaskCommand::TriggerCheckpoint(_) => Ok(()),
+            TaskCommand::ServeStateQueries => head.serve_state_queries(),
         }
     }
 

@@ -26,6 +26,7 @@
 
 mod api;
 mod assets;
+mod guard;
 mod kafka;
 pub mod prometheus;
 mod registry;

@@ -32,15 +32,17 @@ impl WebServer {
     ///
     /// Fails with a configuration error naming `web_bind` when the address cannot be bound.
     pub fn start(bind: SocketAddr, registry: Arc<JobRegistry>) -> Result<WebServer> {
-        Self::start_with(bind, registry, axum::Router::new())
+        Self::start_with(bind, registry, axum::Router::new(), &[])
     }
 
     /// Like [`WebServer::start`], also serving `extra` routes (the job manager's own
-    /// endpoints under `/api/v1/cluster`).
+    /// endpoints under `/api/v1/cluster`), and answering to the host names `allowed_hosts`
+    /// besides IP addresses and `localhost` (see `guard.rs`).
     pub(crate) fn start_with(
         bind: SocketAddr,
         registry: Arc<JobRegistry>,
         extra: axum::Router,
+        allowed_hosts: &[String],
     ) -> Result<WebServer> {
         let listener = std::net::TcpListener::bind(bind)
             .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
@@ -57,7 +59,10 @@ impl WebServer {
                 .map_err(|e| Error::io("web server: registering the listener", e))?
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let app = api::router(registry.clone()).merge(extra);
+        let guard = Arc::new(super::guard::Guard::new(allowed_hosts));
+        let app = api::router(registry.clone())
+            .merge(extra)
+            .layer(axum::middleware::from_fn_with_state(guard, super::guard::guard));
         let sampled = registry.clone();
         let thread = std::thread::Builder::new()
             .name("caudal-web".into())
@@ -87,10 +92,10 @@ impl WebServer {
     }
 
     /// Serve one job (embedded mode: what `StreamEnv::execute` does with `web_bind`).
-    pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>) -> Result<WebServer> {
+    pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>, allowed_hosts: &[String]) -> Result<WebServer> {
         let registry = Arc::new(JobRegistry::new());
         registry.register(job);
-        Self::start(bind, registry)
+        Self::start_with(bind, registry, axum::Router::new(), allowed_hosts)
     }
 
     /// The address the server listens on (the real port when bound to port 0).

@@ -228,13 +228,16 @@ struct Args {
     /// Output directory of the file sink.
     #[arg(long, default_value = "data/output")]
     output: PathBuf,
-    /// Also upsert readings and window statistics into PostgreSQL
-    /// (postgres://user[:password]@host:port/database), exactly once per checkpoint.
+    /// Also upsert readings, window statistics and each sensor's latest reading into
+    /// PostgreSQL (postgres://user[:password]@host:port/database), exactly once per checkpoint.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
     /// Schema of the PostgreSQL tables (created if absent).
     #[arg(long, value_name = "NAME", default_value = "public")]
     postgres_schema: String,
+    /// Milliseconds a PostgreSQL row may wait for more before it is sent.
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    postgres_linger_ms: u64,
     /// Also keep the latest reading of each sensor in Redis (redis://host:port/) as the
     /// hash `sensor:{id}`.
     #[arg(long, value_name = "URL")]
@@ -262,6 +265,10 @@ struct Args {
     /// With --restore latest: skip a corrupt latest checkpoint and use the previous one.
     #[arg(long)]
     fallback: bool,
+    /// With --restore: drop the state of operators the checkpoint has and this job no longer
+    /// has (by uid), with a warning each, instead of refusing to restore.
+    #[arg(long)]
+    allow_non_restored_state: bool,
     /// On Ctrl-C / SIGTERM, keep the final checkpoint as savepoint NAME (restore it with
     /// --restore savepoints/NAME).
     #[arg(long, value_name = "NAME")]
@@ -278,6 +285,10 @@ struct Args {
     /// Address of the web UI and REST API while the job runs (127.0.0.1: this machine only).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     ui_bind: std::net::SocketAddr,
+    /// A host name the web UI answers to besides IP addresses and localhost (repeatable);
+    /// requests naming any other host are refused (DNS rebinding).
+    #[arg(long = "ui-allowed-host", value_name = "NAME")]
+    ui_allowed_hosts: Vec<String>,
     /// Run without the web UI and REST API.
     #[arg(long)]
     no_ui: bool,
@@ -361,6 +372,7 @@ fn main() -> anyhow::Result<()> {
         parallelism: args.parallelism,
         progress_interval: (args.progress_secs > 0).then(|| Duration::from_secs(args.progress_secs)),
         web_bind: (!args.no_ui).then_some(args.ui_bind),
+        web_allowed_hosts: args.ui_allowed_hosts.clone(),
         ..JobConfig::default()
     };
     config.checkpoints.interval =
@@ -368,6 +380,7 @@ fn main() -> anyhow::Result<()> {
     config.checkpoints.storage.url = args.checkpoint_dir.clone();
     config.checkpoints.retained = args.retained_checkpoints as usize;
     config.checkpoints.restore = args.restore.as_deref().map(str::parse).transpose()?;
+    config.checkpoints.allow_non_restored_state |= args.allow_non_restored_state;
     config.checkpoints.fallback = args.fallback;
     config.checkpoints.savepoint_on_stop = args.stop_with_savepoint.clone();
     config.state.kind = match args.state_backend {
@@ -412,6 +425,7 @@ fn main() -> anyhow::Result<()> {
             postgres: args.postgres.as_ref().map(|url| {
                 let mut pg = PostgresSinkConfig::new(url, "", &[]);
                 pg.schema = args.postgres_schema.clone();
+                pg.linger_ms = args.postgres_linger_ms;
                 pg
             }),
             redis: args.redis.as_ref().map(|url| {

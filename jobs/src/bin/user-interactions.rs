@@ -61,12 +61,20 @@ struct Args {
     /// Restore from `latest` or a checkpoint directory before running.
     #[arg(long)]
     restore: Option<String>,
+    /// With --restore: drop the state of operators the checkpoint has and this job no longer
+    /// has (by uid), with a warning each, instead of refusing to restore.
+    #[arg(long)]
+    allow_non_restored_state: bool,
     /// Prefix of the sink's transactional ids (default: job and operator names).
     #[arg(long)]
     transactional_id_prefix: Option<String>,
     /// Address of the web UI and REST API.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     ui_bind: std::net::SocketAddr,
+    /// A host name the web UI answers to besides IP addresses and localhost (repeatable);
+    /// requests naming any other host are refused (DNS rebinding).
+    #[arg(long = "ui-allowed-host", value_name = "NAME")]
+    ui_allowed_hosts: Vec<String>,
     /// Run without the web UI.
     #[arg(long)]
     no_ui: bool,
@@ -95,6 +103,7 @@ fn main() -> anyhow::Result<()> {
     let mut config = JobConfig {
         parallelism: args.parallelism,
         web_bind: (!args.no_ui).then_some(args.ui_bind),
+        web_allowed_hosts: args.ui_allowed_hosts.clone(),
         progress_interval: None,
         ..JobConfig::default()
     };
@@ -102,6 +111,7 @@ fn main() -> anyhow::Result<()> {
         (args.checkpoint_interval > 0.0).then(|| Duration::from_secs_f64(args.checkpoint_interval));
     config.checkpoints.storage.url = args.checkpoint_dir.clone();
     config.checkpoints.restore = args.restore.as_deref().map(str::parse).transpose()?;
+    config.checkpoints.allow_non_restored_state |= args.allow_non_restored_state;
     let job = UserInteractionsJob {
         brokers: args.kafka.brokers.clone(),
         schema_registry: args.kafka.schema_registry.clone(),

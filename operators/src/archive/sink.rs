@@ -4,12 +4,13 @@
 //! Records of the open epoch are appended to one in-memory Avro writer per
 //! `date=…/hour=…` partition of their event time. A writer that reaches
 //! `target_file_bytes` is uploaded at once as an in-progress object
-//! `_inprogress/part-<subtask>-<file>.<attempt>.avro`; at barrier `n` the rest are uploaded
-//! the same way and all of them are recorded in the snapshot with their final names
-//! `<partition>/part-<subtask>-<n>-<k>.<attempt>.avro` (pre-commit). When `n` completes
+//! `_inprogress/<job>/<uid>/part-<subtask>-<file>.<attempt>.avro`; at barrier `n` the rest
+//! are uploaded the same way and all of them are recorded in the snapshot with their final
+//! names `<partition>/part-<uid>-<subtask>-<n>-<k>.<attempt>.avro` (pre-commit). When `n` completes
 //! each is copied to its final name and the in-progress object deleted (commit). On restore
 //! from `n`, subtask 0 publishes what `n` recorded and deletes every other in-progress
-//! object of earlier runs: their records are written again by the restored job.
+//! object of earlier runs of this sink (never another sink's or job's on the same URL):
+//! their records are written again by the restored job.
 //!
 //! Readers list everything outside `_inprogress/`: each record exactly once.
 
@@ -57,6 +58,11 @@ pub struct ArchiveSink<R: 'static> {
     files: u64,
     /// This run of the job ([`OperatorContext::attempt`]).
     attempt: String,
+    /// `_inprogress/<job>/<operator uid>`: this sink's in-progress objects, apart from
+    /// those of other jobs and sinks archiving to the same place.
+    in_progress: String,
+    /// The operator uid, cleaned for object names.
+    uid: String,
     what: String,
     checkpointing: bool,
     retries: Arc<AtomicU64>,
@@ -91,6 +97,8 @@ impl<R: AvroRecord> ArchiveSink<R> {
             subtask: 0,
             files: 0,
             attempt: String::new(),
+            in_progress: IN_PROGRESS.to_string(),
+            uid: String::new(),
             checkpointing: false,
             retries: Arc::new(AtomicU64::new(0)),
             metrics: Arc::default(),
@@ -101,6 +109,13 @@ impl<R: AvroRecord> ArchiveSink<R> {
     fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
         self.attempt = ctx.attempt.clone();
+        let clean = |s: &str| -> String {
+            s.chars()
+                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+                .collect()
+        };
+        self.uid = clean(&ctx.operator_uid);
+        self.in_progress = format!("{IN_PROGRESS}/{}/{}", clean(&ctx.job_name), self.uid);
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.metrics = ctx.metrics.clone();
@@ -140,7 +155,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
         let bytes = writer
             .into_inner()
             .map_err(|e| Error::Operator(format!("{}: finishing an Avro file: {e}", self.what)))?;
-        let name = format!("{IN_PROGRESS}/part-{}-{}.{}.avro", self.subtask, self.files, self.attempt);
+        let name = format!("{}/part-{}-{}.{}.avro", self.in_progress, self.subtask, self.files, self.attempt);
         self.files += 1;
         let data = Bytes::from(bytes);
         self.with_store("uploading an in-progress file", |s| s.put(&name, data.clone()))?;
@@ -162,7 +177,12 @@ impl<R: AvroRecord> ArchiveSink<R> {
         for (k, u) in std::mem::take(&mut self.uploaded).into_iter().enumerate() {
             self.pending.push(Pending {
                 checkpoint: n,
-                published: format!("{}/part-{}-{label}-{k}.{}.avro", u.partition, self.subtask, self.attempt),
+                // The sink's uid and the run: two sinks of one job, or two jobs, archiving to
+                // the same place never write the same name.
+                published: format!(
+                    "{}/part-{}-{}-{label}-{k}.{}.avro",
+                    u.partition, self.uid, self.subtask, self.attempt
+                ),
                 in_progress: u.in_progress,
             });
         }
@@ -230,7 +250,8 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
         // (`OperatorContext::attempt`), new for every run, so a restart inside the same
         // process still removes what its failed predecessor left.
         let suffix = format!(".{}.avro", self.attempt);
-        let stale = self.with_store("listing in-progress files", |s| s.list(IN_PROGRESS))?;
+        // Only this sink's: other jobs and sinks may archive to the same place.
+        let stale = self.with_store("listing in-progress files", |s| s.list(&self.in_progress))?;
         for entry in stale.into_iter().filter(|e| !keep.contains(&e.path) && !e.path.ends_with(&suffix)) {
             self.with_store("deleting a stale in-progress file", |s| s.delete(&entry.path))?;
         }

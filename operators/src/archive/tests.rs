@@ -66,7 +66,7 @@ fn lifecycle(config: &ArchiveConfig) {
     let files = published(config);
     let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
-    assert!(names[0].starts_with("date=2026-01-01/hour=00/part-0-1-"), "{names:?}");
+    assert!(names[0].starts_with("date=2026-01-01/hour=00/part-sink-0-1-"), "{names:?}");
     assert!(names[2].starts_with("date=2026-01-01/hour=02/"), "{names:?}");
     assert_eq!(files.iter().map(|(_, r)| r.len()).sum::<usize>(), 10);
     assert_eq!(files[0].1[1], reading(1, START + HOUR / 4).value);
@@ -201,4 +201,32 @@ fn a_big_epoch_is_cut_into_several_files_and_bounded_runs_publish_at_the_end() {
     assert!(files.len() > 1, "{} files", files.len());
     assert_eq!(files.iter().map(|(_, r)| r.len()).sum::<usize>(), 2000);
     assert_eq!(in_progress(&config), 0);
+}
+
+#[test]
+fn a_restore_leaves_the_in_progress_files_of_other_sinks_and_jobs_on_the_same_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ArchiveConfig::new(dir.path().display().to_string());
+    // Two other writers on the same URL with an epoch each uploaded, not yet committed.
+    let mut others = Vec::new();
+    for (job, uid) in [("other-job", "sink"), ("archive-test", "second-archive")] {
+        let mut ctx = context(job, 0, None);
+        ctx.operator_uid = uid.into();
+        ctx.attempt = "o1".into();
+        let mut s = sink(&config);
+        s.on_start(&mut ctx).unwrap();
+        s.write_batch(vec![reading(7, START)], &mut ctx).unwrap();
+        let chk = s.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
+        others.push((s, ctx, chk));
+    }
+    assert_eq!(in_progress(&config), 2);
+    // This sink starts fresh (no checkpoint): it discards its own leftovers only.
+    let mut ctx = context("archive-test", 0, None);
+    ctx.attempt = "a1".into();
+    sink(&config).restore(Vec::new(), &mut ctx).unwrap();
+    assert_eq!(in_progress(&config), 2, "another writer's uploaded epoch was deleted");
+    for (mut s, mut ctx, _) in others {
+        s.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
+    }
+    assert_eq!(published(&config).len(), 2, "both epochs published by their own sinks");
 }

@@ -376,6 +376,26 @@ impl<T> PostgresSink<T> {
         policy.run_counted(&what, &retries, |n| f(self, n))
     }
 
+    /// Sends the waiting rows when there are `batch_rows` of them or the oldest waited
+    /// `linger_ms` — but not while an earlier epoch of this sink is prepared and not yet
+    /// committed: its transaction holds the row locks of its keys, an upsert of the same key
+    /// (a "latest per sensor" table repeats keys every epoch) would wait for them, and the
+    /// `COMMIT PREPARED` that releases them runs on this very thread when the checkpoint
+    /// completes. The rows wait in memory (as the open epoch does anyway) until then.
+    fn flush_if_due(&mut self) -> Result<()> {
+        if self.checkpointing && !self.pending.is_empty() {
+            return Ok(());
+        }
+        let waiting = self.rows.as_ref().map_or(0, |r| r.len() - self.sent);
+        let due = self
+            .first_unsent
+            .is_some_and(|first| first.elapsed() >= Duration::from_millis(self.config.linger_ms));
+        if waiting >= self.config.batch_rows || (waiting > 0 && due) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Sends waiting rows; without checkpoints also commits them.
     fn flush(&mut self) -> Result<()> {
         let autocommit = !self.checkpointing;
@@ -563,14 +583,8 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
                 rows.push(&mut self.row).map_err(|e| Error::Operator(format!("{}: {e}", self.what)))?;
             }
         }
-        let waiting = self.rows.as_ref().map_or(0, |r| r.len() - self.sent);
-        let first = *self.first_unsent.get_or_insert_with(Instant::now);
-        if waiting >= self.config.batch_rows
-            || first.elapsed() >= Duration::from_millis(self.config.linger_ms)
-        {
-            self.flush()?;
-        }
-        Ok(())
+        self.first_unsent.get_or_insert_with(Instant::now);
+        self.flush_if_due()
     }
 
     fn pre_commit(
@@ -620,7 +634,9 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
     }
 
     fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
-        self.commit_up_to(checkpoint.0)
+        self.commit_up_to(checkpoint.0)?;
+        // The locks are released: the rows that waited for them can go.
+        self.flush_if_due()
     }
 
     fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {

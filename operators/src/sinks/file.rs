@@ -3,7 +3,8 @@
 //! Records of one checkpoint epoch go to an in-progress file per subtask under
 //! `<dir>/.inprogress/`. At the barrier of checkpoint `n` the file is flushed, synced and
 //! renamed `part-<subtask>-<n>.<attempt>.pending` (pre-commit, recorded in the snapshot);
-//! when `n` completes it is renamed to `<dir>/part-<subtask>-<n>.jsonl` (commit). On restore
+//! when `n` completes it is moved to `<dir>/part-<subtask>-<n>.<attempt>.jsonl` (commit),
+//! never over an existing file. On restore
 //! from `n`, the pending files recorded in `n` are published and every other in-progress
 //! file is deleted: they hold records the restored job will produce again.
 //!
@@ -52,17 +53,46 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(what, e)
 }
 
-/// Renames `from` to `to` unless that was done already (by another subtask, or before a crash).
+/// Moves `from` to `to` unless that was done already (by another subtask, or before a
+/// crash), never over another file: `to` is linked first (which fails if it exists), then
+/// `from` removed. An existing `to` that is not `from`'s file (another run writing into the
+/// same directory, say with other checkpoint storage) fails the job instead of silently
+/// replacing published records.
 fn publish(from: &Path, to: &Path) -> Result<()> {
-    match std::fs::rename(from, to) {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if !same_file(from, to) && from.exists() {
+                return Err(Error::Operator(format!(
+                    "publishing {}: {} already exists and holds other records; refusing to overwrite it \
+                     (does another job or run write into the same output directory?)",
+                    from.display(),
+                    to.display()
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Operator(format!(
+                "pre-committed file {} is missing and was never published: its records are lost \
+                 (was the output directory changed between runs?)",
+                from.display()
+            )))
+        }
+        Err(e) => return Err(Error::io(format!("publishing {}", from.display()), e)),
+    }
+    match std::fs::remove_file(from) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Operator(format!(
-            "pre-committed file {} is missing and was never published: its records are lost \
-             (was the output directory changed between runs?)",
-            from.display()
-        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("publishing {}", from.display()), e)),
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -192,7 +222,9 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
             self.pending.push(Pending {
                 checkpoint: checkpoint.0,
                 pending,
-                published: format!("part-{}-{}.jsonl", self.subtask, checkpoint.0),
+                // The attempt too: another run with other checkpoint storage numbers its
+                // checkpoints from 1 again.
+                published: format!("part-{}-{}.{}.jsonl", self.subtask, checkpoint.0, self.attempt),
             });
         }
         serde_json::to_vec(&self.pending)
@@ -217,5 +249,39 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
             publish(&path, &self.dir.join(format!("part-{}-end.{}.jsonl", self.subtask, self.attempt)))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishing_moves_once_and_never_overwrites_other_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("a.pending"), dir.path().join("a.jsonl"));
+        std::fs::write(&from, "1\n").unwrap();
+        publish(&from, &to).unwrap();
+        assert!(!from.exists());
+        assert_eq!(std::fs::read_to_string(&to).unwrap(), "1\n");
+        // Again (a restore publishing what was published before a crash): nothing to do.
+        publish(&from, &to).unwrap();
+        // Killed between the link and the unlink: both names are the same file.
+        let half = dir.path().join("b.pending");
+        let half_to = dir.path().join("b.jsonl");
+        std::fs::write(&half, "2\n").unwrap();
+        std::fs::hard_link(&half, &half_to).unwrap();
+        publish(&half, &half_to).unwrap();
+        assert!(!half.exists());
+        // Another run's file of the same name stays, and the job is told.
+        let other = dir.path().join("c.pending");
+        std::fs::write(&other, "3\n").unwrap();
+        let e = publish(&other, &to).unwrap_err().to_string();
+        assert!(e.contains("refusing to overwrite"), "{e}");
+        assert_eq!(std::fs::read_to_string(&to).unwrap(), "1\n");
+        assert!(other.exists(), "the pending file is kept for a fix by hand");
+        // Gone and never published: lost, said so.
+        let e = publish(&dir.path().join("d.pending"), &dir.path().join("d.jsonl")).unwrap_err().to_string();
+        assert!(e.contains("never published"), "{e}");
     }
 }

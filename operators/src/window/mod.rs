@@ -44,7 +44,7 @@ pub trait KeyedWindowExt<K, T> {
 
 impl<K: Key, T: Data> KeyedWindowExt<K, T> for KeyedStream<K, T> {
     fn window(self, assigner: WindowAssigner) -> WindowedStream<K, T> {
-        WindowedStream { keyed: self, assigner, lateness: 0, name: None }
+        WindowedStream { keyed: self, assigner, lateness: 0, name: None, uid: None }
     }
 }
 
@@ -54,6 +54,7 @@ pub struct WindowedStream<K, T> {
     assigner: WindowAssigner,
     lateness: i64,
     name: Option<String>,
+    uid: Option<String>,
 }
 
 impl<K, T> std::fmt::Debug for WindowedStream<K, T> {
@@ -75,14 +76,30 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
         self
     }
 
-    fn build<E: WindowEmitter<K, T>>(self, emitter: E, side: bool) -> DataStream<WindowOutput<E::Out, T>> {
+    /// Set the window operator's uid: the id of its state (the open windows) in
+    /// checkpoints (see `DataStream::uid`). The stateless step after it that splits results
+    /// from late records gets `<uid>.results` (and `<uid>.late`).
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.uid = Some(uid.to_string());
+        self
+    }
+
+    fn build<E: WindowEmitter<K, T>>(
+        self,
+        emitter: E,
+        side: bool,
+    ) -> (DataStream<WindowOutput<E::Out, T>>, Option<String>) {
         let emitter = Arc::new(emitter);
         let (assigner, lateness) = (self.assigner, self.lateness);
         let name = self.name.unwrap_or_else(|| "window".to_string());
         let key = self.keyed.key_fn();
-        self.keyed.transform(&name, move |_ctx| {
+        let stream = self.keyed.transform(&name, move |_ctx| {
             Ok(WindowOperator::new(key.clone(), assigner, lateness, emitter.clone(), side))
-        })
+        });
+        match &self.uid {
+            Some(uid) => (stream.uid(uid), self.uid),
+            None => (stream, None),
+        }
     }
 
     /// Aggregate each window incrementally; emits one [`WindowResult`] per key and window.
@@ -114,15 +131,22 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
     }
 }
 
-fn only_results<R: Data, T: Data>(s: DataStream<WindowOutput<R, T>>) -> DataStream<R> {
-    s.flat_map(|o| match o {
-        WindowOutput::Result(r) => Some(r),
-        WindowOutput::Late(_) => None,
-    })
-    .name("window-results")
+type Built<R, T> = (DataStream<WindowOutput<R, T>>, Option<String>);
+
+fn only_results<R: Data, T: Data>((s, uid): Built<R, T>) -> DataStream<R> {
+    let results = s
+        .flat_map(|o| match o {
+            WindowOutput::Result(r) => Some(r),
+            WindowOutput::Late(_) => None,
+        })
+        .name("window-results");
+    match uid {
+        Some(uid) => results.uid(&format!("{uid}.results")),
+        None => results,
+    }
 }
 
-fn split<R: Data, T: Data>(s: DataStream<WindowOutput<R, T>>) -> (DataStream<R>, DataStream<T>) {
+fn split<R: Data, T: Data>((s, uid): Built<R, T>) -> (DataStream<R>, DataStream<T>) {
     let late = s
         .clone()
         .flat_map(|o| match o {
@@ -130,7 +154,11 @@ fn split<R: Data, T: Data>(s: DataStream<WindowOutput<R, T>>) -> (DataStream<R>,
             WindowOutput::Result(_) => None,
         })
         .name("late-records");
-    (only_results(s), late)
+    let late = match &uid {
+        Some(uid) => late.uid(&format!("{uid}.late")),
+        None => late,
+    };
+    (only_results((s, uid)), late)
 }
 
 #[cfg(test)]

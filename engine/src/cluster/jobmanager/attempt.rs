@@ -296,7 +296,9 @@ impl Attempt<'_> {
         let name = job.name();
         let checkpoints = job.doc.checkpoint_config(&self.cluster.config.checkpoint_url);
         let (ack_tx, ack_rx) = unbounded();
-        let mut coordinator = if checkpoints.interval.is_some() {
+        // As `CheckpointConfig::enabled` in the executors: a restored attempt checkpoints
+        // (at least its final checkpoint), or its sinks would wait for completions forever.
+        let mut coordinator = if checkpoints.interval.is_some() || self.restored.is_some() {
             let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
                 Coordinator::new(store, paths, checkpoints.clone(), ack_rx, self.restored, job.view.clone())
             });
@@ -447,10 +449,16 @@ impl Attempt<'_> {
             }
             let mut stop_now = stopping && coordinator.is_none();
             if let Some(c) = coordinator.as_mut() {
+                // The end-of-input rule, as in embedded mode: Stop only after the final
+                // checkpoint completed; overdue or failing checkpoints fail the attempt.
                 match c.tick(&proxies, &job.view, stopping) {
                     Ok(tick) => {
-                        let overdue = stop_since.is_some_and(|t| t.elapsed() > c.stop_timeout());
-                        stop_now = tick == Tick::StopSources || overdue;
+                        stop_now = tick == Tick::StopSources;
+                        if let Some(waited) = stop_since.map(|t| t.elapsed()) {
+                            if waited > c.stop_timeout() && !c.final_checkpoint_done() {
+                                return failed(c.final_checkpoint_overdue(waited).to_string());
+                            }
+                        }
                     }
                     Err(err) => return failed(format!("checkpoint coordinator: {err}")),
                 }
@@ -459,15 +467,8 @@ impl Attempt<'_> {
                     job.state.lock().last_checkpoint = c.last_completed.map(|i| i.0);
                 }
             }
-            if stop_now && !stop_sent {
-                stop_sent = true;
-                job.set_detail("final checkpoint taken, stopping");
-                for e in &self.execs {
-                    if let Err(o) = e.send(&ToExecutor::Stop) {
-                        return o;
-                    }
-                }
-            }
+            // Commands first, then Stop: the final checkpoint's CheckpointComplete must reach
+            // the executors before they close their sinks.
             for e in &mut self.execs {
                 let Some(commands) = &e.commands else { continue };
                 while let Ok(cmd) = commands.try_recv() {
@@ -483,6 +484,15 @@ impl Attempt<'_> {
                         if let Err(o) = e.send(msg) {
                             return o;
                         }
+                    }
+                }
+            }
+            if stop_now && !stop_sent {
+                stop_sent = true;
+                job.set_detail("final checkpoint taken, stopping");
+                for e in &self.execs {
+                    if let Err(o) = e.send(&ToExecutor::Stop) {
+                        return o;
                     }
                 }
             }

@@ -45,6 +45,9 @@ use std::time::{Duration, Instant};
 pub struct JobManagerConfig {
     /// REST API, web UI and binary upload (`--bind`, default 127.0.0.1:8081).
     pub http_bind: SocketAddr,
+    /// Host names the REST API and web UI answer to besides IP addresses and localhost
+    /// (`--ui-allowed-host`).
+    pub http_allowed_hosts: Vec<String>,
     /// Control port for task managers and executors (`--rpc-bind`, default 127.0.0.1:6123).
     pub rpc_bind: SocketAddr,
     /// Checkpoint storage of every job: a directory, `file:///path` or `s3://bucket/prefix`
@@ -62,6 +65,7 @@ impl Default for JobManagerConfig {
     fn default() -> Self {
         JobManagerConfig {
             http_bind: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http_allowed_hosts: Vec::new(),
             rpc_bind: SocketAddr::from(([127, 0, 0, 1], 6123)),
             checkpoint_url: "data/checkpoints".into(),
             data_dir: PathBuf::from("data/jobmanager"),
@@ -141,7 +145,12 @@ impl JobManager {
             registry: registry.clone(),
             config,
         });
-        let web = WebServer::start_with(cluster.config.http_bind, registry, http::routes(cluster.clone()))?;
+        let web = WebServer::start_with(
+            cluster.config.http_bind,
+            registry,
+            http::routes(cluster.clone()),
+            &cluster.config.http_allowed_hosts,
+        )?;
         let accepting = cluster.clone();
         std::thread::Builder::new()
             .name("caudal-accept".into())

@@ -293,7 +293,9 @@ function jobPage(name) {
   $("#cancel-btn").addEventListener("click", async () => {
     if (!window.confirm(`Cancel job "${name}"? Sources stop and sinks flush.`)) return;
     try {
-      await api(jobUrl(name) + "/cancel", { method: "POST" });
+      await api(jobUrl(name) + "/cancel", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+      });
       toast("Cancellation requested");
     } catch (e) {
       toast("Cancel failed: " + e.message);

@@ -105,6 +105,18 @@ impl<T: Data> Sink for KafkaSink<T> {
         }
         self.serializer.open(&self.config.topic)?;
         self.mode = match self.config.delivery {
+            DeliveryGuarantee::ExactlyOnce if !ctx.checkpointing => {
+                return Err(Error::config(
+                    "kafka.delivery",
+                    format!(
+                        "kafka sink into `{}`: exactly-once commits its transactions when checkpoints \
+                         complete, and this job takes none: one transaction would span the whole run \
+                         (aborted by the broker after transaction.timeout.ms). Set a checkpoint interval, \
+                         or use at-least-once",
+                        self.config.topic
+                    ),
+                ))
+            }
             DeliveryGuarantee::ExactlyOnce => {
                 broker_limits::check_broker_max_timeout(&self.config)?;
                 let coordinator =
@@ -128,6 +140,7 @@ impl<T: Data> Sink for KafkaSink<T> {
                     ctx.metrics.clone(),
                 );
                 txns.reserve(reserved, restored.unwrap_or(0));
+                txns.set_checkpoint_timing(ctx.checkpoint_timing);
                 Mode::Transactional(Box::new(txns))
             }
             DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => {
@@ -194,14 +207,15 @@ impl<T: Data> Sink for KafkaSink<T> {
         }
     }
 
-    fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+    fn on_close(&mut self, _ctx: &mut OperatorContext) -> Result<()> {
         self.health = None;
         match &mut self.mode {
-            Mode::Transactional(txns) if ctx.checkpointing => {
+            // Whatever is still open is newer than the last completed checkpoint (the final
+            // one at the end of input left nothing open): a restore writes it again.
+            Mode::Transactional(txns) => {
                 txns.abort_open();
                 Ok(())
             }
-            Mode::Transactional(txns) => txns.commit_open(),
             Mode::Plain(producer) => producer.flush(),
             Mode::Idle => Ok(()),
         }

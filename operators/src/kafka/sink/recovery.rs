@@ -15,6 +15,9 @@ use std::collections::HashSet;
 /// Transactional ids probed per old subtask at most (the pool stays far smaller).
 const MAX_PROBED_IDS: u32 = 64;
 
+/// Subtask numbers probed at most for ids of earlier runs with a larger parallelism.
+const MAX_PROBED_SUBTASKS: u32 = 4096;
+
 /// What one sink subtask recovers: the old subtasks whose transactions it takes over.
 #[derive(Debug)]
 pub(crate) struct Recovery<'a> {
@@ -50,6 +53,25 @@ impl Recovery<'_> {
                     committed.insert(txn.transactional_id.clone());
                 }
             }
+        }
+        // Subtasks beyond both the checkpoint's and this run's parallelism (an earlier run,
+        // crashed before any checkpoint or never restored, ran with more): their ids may hold
+        // open transactions too, which would stall read_committed readers until the broker
+        // times them out. Ids are used from index 0 on, so a subtask whose first id the
+        // coordinator does not know never wrote.
+        let p = self.parallelism.max(1);
+        let mut beyond = old_parallelism.max(p);
+        beyond += (self.subtask + p - beyond % p) % p;
+        while beyond < MAX_PROBED_SUBTASKS {
+            let known = self
+                .coordinator
+                .describe(&transactional_id(self.prefix, beyond, 0))
+                .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
+            if known.is_none() {
+                break;
+            }
+            mine.push(beyond);
+            beyond += p;
         }
         for old in mine {
             self.abort_lingering(old, &committed)?;

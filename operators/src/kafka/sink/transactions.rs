@@ -24,6 +24,7 @@ use rdkafka::producer::Producer;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A transaction recorded in a checkpoint: enough to commit it from another process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +57,8 @@ pub(crate) struct TxnProducer {
     producer_epoch: i16,
     /// Records written in the open transaction.
     pub(crate) records: u64,
+    /// When its first record went out: the broker's transaction timer runs from about then.
+    began: Option<Instant>,
     gauges: TxnGauges,
 }
 
@@ -111,6 +114,12 @@ pub(crate) struct Transactions {
     next_index: u32,
     /// The last checkpoint whose barrier passed (the open transaction belongs to the next).
     last_barrier: u64,
+    /// How long a pending transaction may still have to live after a barrier: the time
+    /// until the next checkpoint could complete (interval + checkpoint timeout) and a
+    /// restart ([`super::config::RESTART_ALLOWANCE`]). `None`: unknown (no checkpoint timing).
+    /// A transaction of a failed checkpoint older than `transaction.timeout.ms - horizon`
+    /// fails the job at the next barrier.
+    horizon: Option<Duration>,
     metrics: Arc<SubtaskMetrics>,
 }
 
@@ -134,8 +143,15 @@ impl Transactions {
             reserved: Vec::new(),
             next_index: 0,
             last_barrier: 0,
+            horizon: None,
             metrics,
         }
+    }
+
+    /// The checkpoint interval and timeout of the job (`OperatorContext::checkpoint_timing`).
+    pub(crate) fn set_checkpoint_timing(&mut self, timing: Option<(Duration, Duration)>) {
+        self.horizon =
+            timing.map(|(interval, timeout)| interval + timeout + super::config::RESTART_ALLOWANCE);
     }
 
     /// Keeps `indices` (listed in restored checkpoint `checkpoint`) untouched until a newer
@@ -177,6 +193,7 @@ impl Transactions {
         txn.producer.send(key, value, timestamp)?;
         if txn.records == 0 {
             txn.gauges.opened_ms.store(caudal::job::now_ms(), Ordering::Relaxed);
+            txn.began = Some(Instant::now());
         }
         txn.records += 1;
         Ok(())
@@ -212,6 +229,33 @@ impl Transactions {
         }
         for p in &mut self.pending {
             p.listed_until = checkpoint.0;
+        }
+        // Transactions of checkpoints that failed (tolerable_failed_checkpoints > 0) wait for
+        // this one; the one pre-committed now fits the timeout by `check_timeout`.
+        if let Some(horizon) = self.horizon {
+            let ages: Vec<Duration> = self
+                .pending
+                .iter()
+                .map(|p| match p.txn.began {
+                    Some(b) if p.checkpoint < checkpoint.0 => b.elapsed(),
+                    _ => Duration::ZERO,
+                })
+                .collect();
+            if let Some(i) = first_to_outlive(&ages, horizon, self.config.transaction_timeout) {
+                let p = &self.pending[i];
+                return Err(Error::Checkpoint(format!(
+                    "kafka sink into `{}`: transaction `{}` of checkpoint {} is still not committed after {:?}; \
+                     if this checkpoint failed too, or the job had to restart, the broker would abort it \
+                     (transaction.timeout.ms = {} ms) before a checkpoint could commit it and its records \
+                     would be lost. Failing the job now instead: a restore from the last completed checkpoint \
+                     writes them again",
+                    self.config.topic,
+                    p.txn.transactional_id,
+                    p.checkpoint,
+                    ages[i],
+                    self.config.transaction_timeout.as_millis()
+                )));
+            }
         }
         self.last_barrier = self.last_barrier.max(checkpoint.0);
         if let Some(txn) = &self.open {
@@ -257,22 +301,8 @@ impl Transactions {
             let mut p = p;
             p.txn.gauges.set(g::STATE_IDLE, p.checkpoint);
             p.txn.records = 0;
+            p.txn.began = None;
             self.committed.push(p);
-        }
-        Ok(())
-    }
-
-    /// Without checkpoints (or at the end of a run that takes none): commit what is open.
-    pub(crate) fn commit_open(&mut self) -> Result<()> {
-        if let Some(txn) = self.open.take() {
-            if txn.records > 0 {
-                txn.gauges.set(g::STATE_COMMITTING, self.last_barrier + 1);
-                txn.producer
-                    .producer
-                    .commit_transaction(txn.producer.timeout())
-                    .map_err(|e| self.fatal("committing", &txn, e))?;
-            }
-            txn.gauges.set(g::STATE_IDLE, self.last_barrier + 1);
         }
         Ok(())
     }
@@ -345,6 +375,7 @@ impl Transactions {
             producer_id: described.producer_id,
             producer_epoch: described.producer_epoch,
             records: 0,
+            began: None,
             gauges,
         })
     }
@@ -359,4 +390,27 @@ impl Transactions {
 
 fn tracing_warn(message: &str) {
     eprintln!("caudal: warning: {message}");
+}
+
+/// The first pending transaction (by age since its first record) that would outlive
+/// `timeout` if it had to wait `horizon` more: the broker would abort it before the next
+/// chance to commit it.
+fn first_to_outlive(ages: &[Duration], horizon: Duration, timeout: Duration) -> Option<usize> {
+    ages.iter().position(|age| *age + horizon > timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_transaction_that_could_not_be_committed_in_time_is_found() {
+        let (horizon, timeout) = (Duration::from_secs(780), Duration::from_secs(900));
+        // One checkpoint interval old (60 s): the next checkpoint has time to commit it.
+        assert_eq!(first_to_outlive(&[Duration::from_secs(60)], horizon, timeout), None);
+        // Its checkpoint failed and the next one too (180 s): it would time out meanwhile.
+        let ages = [Duration::from_secs(180), Duration::from_secs(60)];
+        assert_eq!(first_to_outlive(&ages, horizon, timeout), Some(0));
+        assert_eq!(first_to_outlive(&[], horizon, timeout), None);
+    }
 }

@@ -69,18 +69,25 @@ impl ClientContext for LagContext {
 
 impl ConsumerContext for LagContext {}
 
-/// What a source subtask puts in a checkpoint: the next offset of each of its partitions.
+/// What a source subtask puts in a checkpoint: the next offset of each of its partitions
+/// (every one, read from or not), and for a bounded source where each partition ends.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Positions {
     topic: String,
     offsets: BTreeMap<i32, i64>,
+    /// Bounded: the end offset of each partition, fixed when the job first started, so that
+    /// a restored run reads up to the same offsets as an uninterrupted one even when the
+    /// topic grew meanwhile.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    ends: BTreeMap<i32, i64>,
 }
 
 /// Per-partition state and gauges.
 struct PartitionState {
     partition: i32,
-    /// The next offset to read (`None`: not read yet; the consumer starts per `StartFrom`).
-    next: Option<i64>,
+    /// The next offset to read: restored, committed, or where `StartFrom` put it at open
+    /// (resolved to an offset then, so every snapshot has it).
+    next: i64,
     /// Bounded: stop before this offset.
     end: Option<i64>,
     finished: bool,
@@ -180,12 +187,14 @@ impl<T> KafkaSourceReader<T> {
         mine.sort_unstable();
 
         let mut restored_offsets = BTreeMap::new();
+        let mut restored_ends = BTreeMap::new();
         for blob in restored {
             let positions: Positions = serde_json::from_slice(blob).map_err(|e| {
                 Error::Operator(format!("kafka source `{topic}`: the checkpointed offsets are corrupt: {e}"))
             })?;
             if positions.topic == topic {
                 restored_offsets.extend(positions.offsets);
+                restored_ends.extend(positions.ends);
             }
         }
         let committed = if restored.is_empty() && config.start_from == StartFrom::Committed {
@@ -210,22 +219,31 @@ impl<T> KafkaSourceReader<T> {
         let mut partitions = Vec::with_capacity(mine.len());
         let mut assignment = TopicPartitionList::new();
         for p in mine {
-            let next = restored_offsets.get(&p).or_else(|| committed.get(&p)).copied();
-            let end = if config.bounded {
-                let (_, high) = consumer
-                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-                    .map_err(kafka_error(topic, &format!("reading the end offset of partition {p}")))?;
-                Some(high)
+            let known = restored_offsets.get(&p).or_else(|| committed.get(&p)).copied();
+            let restored_end = restored_ends.get(&p).copied().filter(|_| config.bounded);
+            let watermarks = if known.is_none() || (config.bounded && restored_end.is_none()) {
+                Some(
+                    consumer
+                        .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                        .map_err(kafka_error(topic, &format!("reading the offsets of partition {p}")))?,
+                )
             } else {
                 None
             };
-            let offset = match (next, config.start_from) {
-                (Some(o), _) => Offset::Offset(o),
-                (None, StartFrom::Earliest | StartFrom::Committed) => Offset::Beginning,
-                (None, StartFrom::Latest) => Offset::End,
+            let end = if config.bounded { restored_end.or(watermarks.map(|(_, high)| high)) } else { None };
+            // Where a partition not read before starts, as an offset: a snapshot taken before
+            // its first record then still says where it starts (else a restore would apply
+            // `StartFrom` again: `Latest` would skip what came since the first start).
+            let next = match (known, watermarks) {
+                (Some(o), _) => o,
+                (None, Some((low, high))) => match config.start_from {
+                    StartFrom::Earliest | StartFrom::Committed => low,
+                    StartFrom::Latest => high,
+                },
+                (None, None) => 0,
             };
             assignment
-                .add_partition_offset(topic, p, offset)
+                .add_partition_offset(topic, p, Offset::Offset(next))
                 .map_err(kafka_error(topic, "assigning partitions"))?;
             let gauge = |what: &str| ctx.metrics.gauge(kafka_gauges::name(topic, p, what));
             let gauges = PartitionGauges {
@@ -238,7 +256,7 @@ impl<T> KafkaSourceReader<T> {
             // Unknown until the first statistics / the first checkpoint (or the restored one).
             gauges.end_offset.store(-1, Ordering::Relaxed);
             gauges.lag.store(-1, Ordering::Relaxed);
-            gauges.checkpointed.store(next.unwrap_or(-1), Ordering::Relaxed);
+            gauges.checkpointed.store(known.unwrap_or(-1), Ordering::Relaxed);
             consumer.context().partitions.write().insert(p, gauges.clone());
             partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
         }
@@ -269,8 +287,7 @@ impl<T> KafkaSourceReader<T> {
             _health: health,
         };
         for i in 0..reader.partitions.len() {
-            let done = matches!((reader.partitions[i].next, reader.partitions[i].end), (Some(n), Some(e)) if n >= e)
-                || reader.partitions[i].end == Some(0);
+            let done = reader.partitions[i].end.is_some_and(|e| reader.partitions[i].next >= e);
             if done {
                 reader.finish(i)?;
             }
@@ -324,7 +341,8 @@ impl<T> KafkaSourceReader<T> {
     fn positions(&self) -> Positions {
         Positions {
             topic: self.topic.clone(),
-            offsets: self.partitions.iter().filter_map(|p| p.next.map(|n| (p.partition, n))).collect(),
+            offsets: self.partitions.iter().map(|p| (p.partition, p.next)).collect(),
+            ends: self.partitions.iter().filter_map(|p| p.end.map(|e| (p.partition, e))).collect(),
         }
     }
 }
@@ -407,7 +425,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                     )));
                 }
             }
-            self.partitions[i].next = Some(offset + 1);
+            self.partitions[i].next = offset + 1;
             if self.partitions[i].end.is_some_and(|end| offset + 1 >= end) {
                 self.finish(i)?;
                 out.finish_split(i);
