@@ -288,6 +288,10 @@ registry_prepare() {
   echo "$want" >"$REGISTRY_HOME/.stamp"
 }
 
+# Apicurio takes a second database connection while it holds one (rules are read inside
+# the registration's handle): with 16 connections, a burst of concurrent registrations
+# (every sink subtask of the test jobs registers at start) held all of them and waited for
+# more — minutes of HTTP 500 "acquisition timeout". 64 is more than twice its worker threads.
 registry_launch() {
   local d="$STACK/registry" java
   java=$(java_bin)
@@ -299,7 +303,7 @@ registry_launch() {
     -Dregistry.ccompat.max-subjects=1000000 \
     -DREGISTRY_DATASOURCE_URL="jdbc:h2:file:$d/db/registry" \
     -Dquarkus.datasource.jdbc.initial-size=1 -Dquarkus.datasource.jdbc.min-size=1 \
-    -Dquarkus.datasource.jdbc.max-size=16 \
+    -Dquarkus.datasource.jdbc.max-size=64 -Dquarkus.datasource.jdbc.acquisition-timeout=30S \
     -jar "$REGISTRY_HOME/app/registry-runner.jar" >"$d/registry.pid"
 }
 

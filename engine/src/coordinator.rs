@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn state_err(e: caudal_checkpoints::Error) -> Error {
-    Error::Checkpoints { context: "checkpoint storage".into(), source: e }
+    Error::Checkpoints { context: "checkpoint storage".into(), source: Box::new(e) }
 }
 
 /// Opens the job's checkpoint storage: `<storage>/<job>/`.
@@ -42,7 +42,7 @@ pub(crate) fn open_store(
 /// A failed read of the checkpoint to restore, with its class kept: a storage outage is
 /// retried by the job manager, a corrupt or foreign checkpoint is not.
 fn restore_err(e: caudal_checkpoints::Error) -> Error {
-    Error::Checkpoints { context: "restore".into(), source: e }
+    Error::Checkpoints { context: "restore".into(), source: Box::new(e) }
 }
 
 /// Reads the checkpoint to restore from, by the rules of `config.restore`.

@@ -76,9 +76,9 @@ pub enum Error {
     Checkpoints {
         /// What was being done.
         context: String,
-        /// The classified cause.
+        /// The classified cause (boxed: it is large, and rare).
         #[source]
-        source: caudal_checkpoints::Error,
+        source: Box<caudal_checkpoints::Error>,
     },
     /// Checkpoints failed more often in a row than the job tolerates, or the final
     /// checkpoint of a bounded job or a stop did not complete: what the sinks wrote since

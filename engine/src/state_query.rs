@@ -337,7 +337,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The bytes of a hex string (either case); `None` when it is not hex.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|p| u8::from_str_radix(p, 16).ok())).collect()

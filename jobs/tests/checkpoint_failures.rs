@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 /// Every later write under `ckpt/temperature/` fails.
 fn break_storage(ckpt: &Path) {
     let job = ckpt.join("temperature");
-    std::fs::remove_dir_all(&job).unwrap();
+    if job.exists() {
+        std::fs::remove_dir_all(&job).unwrap();
+    }
     std::fs::write(&job, b"not a directory").unwrap();
 }
 
@@ -66,10 +68,11 @@ fn a_bounded_job_whose_final_checkpoint_fails_does_not_finish_nor_publish_uncomm
     // No periodic checkpoint in the ~4 s run: the final one, at the end of input, is the first.
     let args = with(base_args(&d.out, &d.ckpt, 2), "--checkpoint-interval", "600");
     let child = spawn(&args, false, &[]);
-    wait_for("the job's checkpoint directory", Duration::from_secs(20), || {
-        d.ckpt.join("temperature").is_dir()
-    });
+    // Running: the file sinks opened their in-progress files (the checkpoint directory
+    // appears only with the first checkpoint, the final one).
+    wait_for("the job to run", Duration::from_secs(20), || d.out.join("readings/.inprogress").is_dir());
     std::thread::sleep(Duration::from_millis(800));
+    assert!(!has_completed_checkpoint(&d.ckpt), "a checkpoint completed before the storage broke");
     break_storage(&d.ckpt);
     let (status, err) = wait(child);
     assert!(!status.success(), "the job ended as if its output were committed: {err}");

@@ -34,7 +34,7 @@ struct Collect(Arc<Mutex<Vec<u64>>>);
 impl caudal::Sink for Collect {
     type In = Record;
     fn write_batch(&mut self, batch: Batch<Record>, _: &mut OperatorContext) -> caudal::Result<()> {
-        self.0.lock().unwrap().extend((&batch).into_iter().map(|r| r.value.n));
+        self.0.lock().unwrap().extend(batch.iter().map(|r| r.value.n));
         Ok(())
     }
 }
@@ -144,20 +144,7 @@ fn a_restored_bounded_source_ends_where_the_first_start_ended() {
     let dir = tempfile::tempdir().unwrap();
     let job = "positions-bounded";
     let source = KafkaSourceConfig::new(&stack.brokers, &topic).bounded(true);
-    // Stops (with a final checkpoint) before the end? The input is small: it may have read
-    // everything already; what matters is that the restore ends at the same offsets.
-    let first = {
-        let got = Collect::default();
-        let env = StreamEnv::with_config(config(dir.path(), false));
-        let sink = got.clone();
-        env.source("numbers", KafkaSource::<Record>::json(source.clone()), WatermarkStrategy::none())
-            .uid("numbers")
-            .sink("collect", move |_| Ok(sink.clone()))
-            .uid("collect");
-        env.execute(job).expect("the bounded job finishes");
-        let v = got.0.lock().unwrap().clone();
-        v
-    };
+    let first = run_bounded(dir.path(), job, source.clone(), false);
     assert_eq!(first.len(), 80);
     // The topic grows; restoring the bounded run's last checkpoint reads nothing new.
     produce_raw(&stack, &topic, 0, &records(40..60));

@@ -1,7 +1,8 @@
 //! Exactly-once under kills: the temperature job, killed (SIGKILL) at random moments and at
 //! every crash point of the checkpoint protocol, restored with `--restore latest`, publishes
-//! exactly what an uninterrupted run publishes — line for line after sorting. Plus the
-//! golden test three ways and rescaling.
+//! exactly what its input implies (`common/oracle.rs`, computed from the generator's model
+//! without the engine) — line for line after sorting. Plus the golden test three ways and
+//! rescaling.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,7 +20,7 @@ fn next(seed: &mut u64) -> u64 {
 }
 
 #[test]
-fn killed_five_times_at_random_the_output_equals_the_clean_run() {
+fn killed_five_times_at_random_the_output_is_what_the_input_implies() {
     let d = dirs();
     let mut seed = 0x5eed;
     let mut kills = 0;
@@ -41,7 +42,7 @@ fn killed_five_times_at_random_the_output_equals_the_clean_run() {
     }
     assert!(kills >= 3, "the job finished too early to be killed ({kills} kills)");
     finish(&d, 2);
-    assert_equals_clean(&d, &format!("after {kills} kills"));
+    assert_equals_expected(&d, &format!("after {kills} kills"));
     // Nothing the killed runs uploaded is left behind: neither files of checkpoints that never
     // completed (retention) nor uploads cut off mid-write (swept when a run starts).
     assert_shared_files_all_referenced(&d.ckpt);
@@ -59,7 +60,7 @@ fn crash_at(point: &str) {
     assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
     assert!(err.contains(point), "{err}");
     finish(&d, 2);
-    assert_equals_clean(&d, point);
+    assert_equals_expected(&d, point);
 }
 
 #[test]
@@ -85,7 +86,7 @@ fn crash_during_the_async_upload() {
     ));
     assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
     finish(&d, 2);
-    assert_equals_clean(&d, "crash during the async upload");
+    assert_equals_expected(&d, "crash during the async upload");
     assert_shared_files_all_referenced(&d.ckpt);
 }
 
@@ -119,7 +120,7 @@ fn crash_during_restore() {
     ));
     assert_eq!(status.signal(), Some(9), "restore crash point not reached: {err}");
     finish(&d, 2);
-    assert_equals_clean(&d, "crash during restore");
+    assert_equals_expected(&d, "crash during restore");
 }
 
 /// Stops with SIGTERM (final checkpoint), then restores at `to` parallelism and finishes.
@@ -135,7 +136,7 @@ fn rescale(from: u32, to: u32) {
     let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, to), true, &[]));
     assert!(status.success(), "restored at parallelism {to}: {err}");
     assert!(err.contains("restoring job `temperature`"), "{err}");
-    assert_equals_clean(&d, &format!("rescale {from}→{to}"));
+    assert_equals_expected(&d, &format!("rescale {from}→{to}"));
 }
 
 #[test]
@@ -164,7 +165,7 @@ fn rescale_2_to_3_on_heap_state() {
     // Heap snapshots restore into RocksDB too.
     let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 3), true, &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "heap 2 → rocksdb 3");
+    assert_equals_expected(&d, "heap 2 → rocksdb 3");
 }
 
 /// STYLE #12: clean at parallelism 1; at 2 with checkpoints and a stop; restored at 3 and
@@ -172,18 +173,19 @@ fn rescale_2_to_3_on_heap_state() {
 #[test]
 fn golden_three_ways() {
     let golden_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/temperature-windows.jsonl");
-    let (windows, _) = clean();
+    let (windows, _) = clean_run();
     if std::env::var_os("CAUDAL_BLESS").is_some() {
         std::fs::create_dir_all(golden_path.parent().unwrap()).unwrap();
         std::fs::write(&golden_path, windows.join("\n") + "\n").unwrap();
     }
+    assert_same_lines(&windows, &expected().0, "the clean run's windows against the model");
     let golden: Vec<String> = std::fs::read_to_string(&golden_path)
         .expect("golden file (CAUDAL_BLESS=1 writes it)")
         .lines()
         .map(str::to_string)
         .collect();
     assert!(*windows == golden, "the clean run differs from {}", golden_path.display());
-    // Stop at parallelism 2, restore at 3: rescale() asserts equality with the clean run.
+    // Stop at parallelism 2, restore at 3: rescale() asserts equality with the model.
     rescale(2, 3);
 }
 
@@ -221,6 +223,6 @@ fn a_corrupt_latest_checkpoint_names_the_file_and_fallback_uses_the_previous() {
     // Falling back replays the epoch of the skipped checkpoint, whose files may already be
     // published: nothing is lost, duplicates of that one epoch are possible (documented).
     let got = published(&d.out, "readings");
-    let missing = clean().1.iter().filter(|l| got.binary_search(l).is_err()).count();
+    let missing = expected().1.iter().filter(|l| got.binary_search(l).is_err()).count();
     assert_eq!(missing, 0, "fallback restore lost {missing} readings");
 }

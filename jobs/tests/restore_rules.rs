@@ -39,7 +39,7 @@ fn a_sink_added_before_the_restore_loses_nothing() {
     // The archive sink is added in front of the file sinks: their state is found by uid.
     let (status, err) = wait(spawn(&archive_args(&d), true, &[]));
     assert!(status.success(), "restore with an added sink: {err}");
-    assert_equals_clean(&d, "restored with --archive added");
+    assert_equals_expected(&d, "restored with --archive added");
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn a_sink_removed_before_the_restore_fails_it_naming_the_uid_unless_allowed() {
     assert!(status.success(), "restore with --allow-non-restored-state: {err}");
     assert!(err.contains("WARNING: dropping the state of operator `readings-archive`"), "{err}");
     // The operators that kept their uid restored exactly.
-    assert_equals_clean(&d, "restored without the archive, non-restored state allowed");
+    assert_equals_expected(&d, "restored without the archive, non-restored state allowed");
 }
 
 #[test]
@@ -82,5 +82,5 @@ fn another_max_parallelism_fails_the_restore_naming_both() {
     // With the checkpoint's own value the restore is exact.
     let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 2), true, &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "restored with the checkpoint's max_parallelism");
+    assert_equals_expected(&d, "restored with the checkpoint's max_parallelism");
 }

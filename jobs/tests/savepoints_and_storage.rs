@@ -47,7 +47,7 @@ fn stop_with_savepoint_then_restore_it_after_the_checkpoints_are_gone() {
     let (status, err) =
         wait(spawn_with(&base_args(&d.out, &d.ckpt, 3), Some("savepoints/before-upgrade"), &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "restored from a savepoint");
+    assert_equals_expected(&d, "restored from a savepoint");
     // The restored job's own checkpoints do not reference the savepoint's files.
     let referenced = referenced_objects(&job);
     assert!(referenced.iter().all(|o| !o.contains("savepoints/")), "{referenced:?}");
@@ -83,7 +83,7 @@ fn savepoint_cli_copies_the_latest_checkpoint_and_the_job_restores_from_it() {
     assert!(!ok && err.contains("already exists"), "{err}");
     let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 2), Some("savepoints/sp1"), &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "restored from a CLI savepoint");
+    assert_equals_expected(&d, "restored from a CLI savepoint");
 }
 
 /// The job with its REST API on a free port and checkpoints every minute (so that only what
@@ -127,10 +127,10 @@ fn a_stop_with_a_savepoint_through_the_api_resumes_to_the_clean_output() {
     assert!(err.contains("savepoints/at-stop"), "{err}");
     assert!(d.ckpt.join("temperature/savepoints/at-stop/_metadata").exists());
     let partial = published(&d.out, "readings").len();
-    assert!(partial < clean().1.len(), "the stop came after the end of the input");
+    assert!(partial < expected().1.len(), "the stop came after the end of the input");
     let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 1), Some("savepoints/at-stop"), &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "stopped with a savepoint through the API, then restored from it");
+    assert_equals_expected(&d, "stopped with a savepoint through the API, then restored from it");
 }
 
 /// `POST /api/v1/jobs/temperature/savepoints` on a running job: a checkpoint is taken at once
@@ -218,7 +218,7 @@ fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
     wait(child);
     let (status, err) = wait(spawn_with(&base_args(&d.out, &d.ckpt, 3), Some("savepoints/mid-run"), &[]));
     assert!(status.success(), "{err}");
-    assert_equals_clean(&d, "restored from a savepoint taken through the API");
+    assert_equals_expected(&d, "restored from a savepoint taken through the API");
 }
 
 /// The S3 test stack's settings, or `None` (the test then says why and passes) unless
@@ -299,7 +299,7 @@ fn temperature_on_s3_checkpoint_storage_survives_a_kill() {
         restarts += 1;
         assert!(restarts < 5, "the restored job keeps failing: {err}");
     }
-    assert_equals_clean(&d, "kill and restore through S3");
+    assert_equals_expected(&d, "kill and restore through S3");
     let referenced: Vec<String> = completed_checkpoints(&store, &paths)
         .unwrap()
         .iter()

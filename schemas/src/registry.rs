@@ -193,14 +193,20 @@ impl RegistryClient {
         // ccompat API loses races between concurrent first registrations of one subject or
         // one schema (409 "already exists", or 500 from a unique-key violation), and any
         // registry may answer 5xx or time out for a moment.
+        // Up to ~10 s in all (backoff 20 ms doubling to 2 s), each retry said on stderr.
+        const ATTEMPTS: u32 = 10;
         let mut attempt = 0u32;
         let resp: IdResponse = loop {
-            match self.request(Method::Post(&body), &path) {
-                Err(Error::Registry(e)) if attempt < 5 && e.is_subject_create_race() => {}
-                Err(e) if attempt < 5 && e.is_retryable() => {}
+            let why = match self.request(Method::Post(&body), &path) {
+                Err(Error::Registry(e)) if attempt + 1 < ATTEMPTS && e.is_subject_create_race() => {
+                    e.to_string()
+                }
+                Err(e) if attempt + 1 < ATTEMPTS && e.is_retryable() => e.to_string(),
                 other => break other?,
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+            };
+            let wait = std::time::Duration::from_millis((20u64 << attempt).min(2000));
+            eprintln!("caudal: {why}; registering again in {wait:?} ({} of {ATTEMPTS})", attempt + 2);
+            std::thread::sleep(wait);
             attempt += 1;
         };
         self.ids_by_subject_schema.write().insert(key, resp.id);

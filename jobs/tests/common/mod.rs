@@ -1,7 +1,9 @@
 //! Helpers of the temperature job's process-level tests: run the binary on a bounded,
 //! throttled input with checkpoints, kill it, restore it, compare its published output
-//! with an uninterrupted run's.
+//! with what the input implies (`oracle.rs`, computed without the engine).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod oracle;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -110,28 +112,65 @@ pub fn dirs() -> Dirs {
     Dirs { tmp, out, ckpt }
 }
 
-/// The uninterrupted run's output (computed once per test binary).
-pub fn clean() -> &'static (Vec<String>, Vec<String>) {
-    static CLEAN: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
-    CLEAN.get_or_init(|| {
-        let d = dirs();
-        let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), false, &[]));
-        assert!(status.success(), "clean run failed: {err}");
-        let c = (published(&d.out, "windows"), published(&d.out, "readings"));
-        assert!(c.0.len() > 100 && c.1.len() > 5000, "clean run too small: {} {}", c.0.len(), c.1.len());
-        c
+/// The generator's model behind [`base_args`] (see `oracle.rs`).
+pub const BASE_MODEL: oracle::Model = oracle::Model {
+    sensors: 20,
+    records: 6000,
+    seed: 11,
+    interval_ms: 100,
+    faulty_fraction: 0.01,
+    window_ms: 1000,
+};
+
+/// What the input of [`base_args`] implies the job publishes (windows, readings), computed
+/// without the engine.
+pub fn expected() -> &'static (Vec<String>, Vec<String>) {
+    static EXPECTED: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
+    EXPECTED.get_or_init(|| {
+        let e = oracle::expected(&BASE_MODEL);
+        assert!(e.0.len() > 100 && e.1.len() > 5000, "the model is too small: {} {}", e.0.len(), e.1.len());
+        e
     })
 }
 
-pub fn assert_equals_clean(d: &Dirs, what: &str) {
-    let (windows, readings) = clean();
+/// An uninterrupted run of [`base_args`] at parallelism 1 (windows, readings).
+pub fn clean_run() -> (Vec<String>, Vec<String>) {
+    let d = dirs();
+    let (status, err) = wait(spawn(&base_args(&d.out, &d.ckpt, 1), false, &[]));
+    assert!(status.success(), "clean run failed: {err}");
+    (published(&d.out, "windows"), published(&d.out, "readings"))
+}
+
+/// The published output is exactly what the input implies: every plausible reading and
+/// every window once, nothing else.
+pub fn assert_equals_expected(d: &Dirs, what: &str) {
+    let (windows, readings) = expected();
     let got_w = published(&d.out, "windows");
     let got_r = published(&d.out, "readings");
-    let dupes = |v: &[String]| v.windows(2).filter(|w| w[0] == w[1]).count();
-    assert_eq!(got_r.len(), readings.len(), "{what}: readings: {} duplicates", dupes(&got_r));
-    assert!(got_r == *readings, "{what}: readings differ from the clean run");
-    assert_eq!(got_w.len(), windows.len(), "{what}: windows: {} duplicates", dupes(&got_w));
-    assert!(got_w == *windows, "{what}: windows differ from the clean run");
+    assert_same_lines(&got_r, readings, &format!("{what}: readings"));
+    assert_same_lines(&got_w, windows, &format!("{what}: windows"));
+}
+
+/// `got` equals `want` (both sorted); otherwise says how many are missing, duplicated or
+/// unexpected, with an example of each.
+pub fn assert_same_lines(got: &[String], want: &[String], what: &str) {
+    if got == want {
+        return;
+    }
+    let dupes: Vec<&String> = got.windows(2).filter(|w| w[0] == w[1]).map(|w| &w[0]).collect();
+    let missing: Vec<&String> = want.iter().filter(|l| got.binary_search(l).is_err()).collect();
+    let unexpected: Vec<&String> = got.iter().filter(|l| want.binary_search(l).is_err()).collect();
+    panic!(
+        "{what}: {} lines, {} expected; {} missing (e.g. {:?}), {} duplicated (e.g. {:?}), {} unexpected (e.g. {:?})",
+        got.len(),
+        want.len(),
+        missing.len(),
+        missing.first(),
+        dupes.len(),
+        dupes.first(),
+        unexpected.len(),
+        unexpected.first()
+    );
 }
 
 /// Runs to completion, restoring after each failure; returns the number of restarts.

@@ -85,7 +85,7 @@ impl SourceReader<SensorReading> for GeneratorReader {
                 out.collect(i, self.generator.record(s.split, s.next, s.sensors));
                 s.next += 1;
             }
-            if !self.pacing.is_zero() && take > 0 && s.next % s.sensors == 0 {
+            if !self.pacing.is_zero() && take > 0 && s.next.is_multiple_of(s.sensors) {
                 s.due += self.pacing;
                 if s.due + self.pacing * 4 < now {
                     // Far behind (e.g. after a pause): don't burst to catch up.

@@ -1,0 +1,67 @@
+//! The temperature job's output computed from the generator's model alone: no `StreamEnv`,
+//! no operator code. What the tests compare a killed, restored, rescaled run with is what
+//! the input implies, not another run of the engine.
+//!
+//! The generator's first `records` readings, in round-major order (round 0 of every
+//! sensor, then round 1, …), each converted to °C, the impossible ones (−50 < °C < 60 fails)
+//! dropped; per sensor and tumbling window of event time: count, min, max and mean, the sum
+//! taken in event-time order (each sensor's readings reach its window in that order).
+
+use caudal_operators::generator::{reading, DEFAULT_BOUNDED_START_MS};
+use caudal_schemas::{ProcessedReading, WindowStats};
+use std::collections::BTreeMap;
+
+/// The generator's settings of a run (`--sensors`, `--records`, `--seed`,
+/// `--event-interval-ms`, `--faulty-fraction`) and the window length.
+#[derive(Debug, Clone, Copy)]
+pub struct Model {
+    pub sensors: u64,
+    pub records: u64,
+    pub seed: u64,
+    pub interval_ms: i64,
+    pub faulty_fraction: f64,
+    pub window_ms: i64,
+}
+
+/// What the job publishes: windows and readings as JSON lines, each list sorted.
+pub fn expected(m: &Model) -> (Vec<String>, Vec<String>) {
+    let mut readings = Vec::new();
+    // (sensor, window start) → (count, min, max, sum), in event-time order per sensor.
+    let mut windows: BTreeMap<(i64, i64), (i64, f64, f64, f64)> = BTreeMap::new();
+    for i in 0..m.records {
+        let (sensor, round) = (i % m.sensors, i / m.sensors);
+        let ts = DEFAULT_BOUNDED_START_MS + round as i64 * m.interval_ms;
+        let r = reading(m.seed, sensor, round, ts, m.faulty_fraction);
+        let temp_c = (r.temp_f - 32.0) * 5.0 / 9.0;
+        if !(temp_c > -50.0 && temp_c < 60.0) {
+            continue;
+        }
+        let p =
+            ProcessedReading { sensor_id: r.sensor_id, ts, lat: r.lat, lon: r.lon, temp_c, temp_f: r.temp_f };
+        readings.push(serde_json::to_string(&p).expect("a reading is JSON"));
+        let start = ts - ts.rem_euclid(m.window_ms);
+        let w = windows.entry((p.sensor_id, start)).or_insert((0, f64::INFINITY, f64::NEG_INFINITY, 0.0));
+        w.0 += 1;
+        w.1 = w.1.min(temp_c);
+        w.2 = w.2.max(temp_c);
+        w.3 += temp_c;
+    }
+    let mut windows: Vec<String> = windows
+        .into_iter()
+        .map(|((sensor_id, window_start), (count, min_c, max_c, sum))| {
+            let w = WindowStats {
+                sensor_id,
+                window_start,
+                window_end: window_start + m.window_ms,
+                count,
+                min_c,
+                max_c,
+                mean_c: sum / count as f64,
+            };
+            serde_json::to_string(&w).expect("a window is JSON")
+        })
+        .collect();
+    readings.sort();
+    windows.sort();
+    (windows, readings)
+}
