@@ -123,7 +123,8 @@ pub fn interaction(seed: u64, users: u64, n: u64, start_ms: i64, interval_ms: i6
         1..=4 => EventType::Click,
         _ => EventType::View,
     };
-    let page_url = (!(h >> 32).is_multiple_of(4)).then(|| format!("https://shop.example/p/{}", (h >> 40) % 50));
+    let page_url =
+        (!(h >> 32).is_multiple_of(4)).then(|| format!("https://shop.example/p/{}", (h >> 40) % 50));
     UserInteraction {
         user_id: format!("user-{user}"),
         event_type,
