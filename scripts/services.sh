@@ -7,6 +7,7 @@
 #   scripts/services.sh status [SERVICE...]   up/down and address of each (exit 3 if one is down)
 #   scripts/services.sh env                   print the exports of the running stack (stack.env)
 #   scripts/services.sh restart [SERVICE...]  stop then start
+#   scripts/services.sh purge  [SERVICE...]   stop, then delete their data (PostgreSQL's too)
 #
 # SERVICE: kafka registry postgres redis s3 (default: all). See scripts/README.md.
 set -euo pipefail
@@ -679,7 +680,15 @@ case $cmd in
   restart)
     rev=(); for ((i=${#ordered[@]}-1; i>=0; i--)); do rev+=("${ordered[i]}"); done
     cmd_stop "${rev[@]}"; cmd_start "${ordered[@]}" ;;
+  purge) # stop, then delete the services' files: the stack folder's and PostgreSQL's own
+    rev=(); for ((i=${#ordered[@]}-1; i>=0; i--)); do rev+=("${ordered[i]}"); done
+    flock -w 900 9 || die "another services.sh holds $STACK/.lock"
+    cmd_stop "${rev[@]}"
+    for s in "${ordered[@]}"; do
+      if [[ $s == postgres && -L $STACK/postgres ]]; then rm -rf "$(readlink -f "$STACK/postgres")"; fi
+      rm -rf "${STACK:?}/$s"
+    done ;;
   status) print_status "${ordered[@]}" ;;
   env) if [[ -f $STACK/stack.env ]]; then cat "$STACK/stack.env"; else die "stack not started ($STACK/stack.env missing)"; fi ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; [[ $cmd == -h || $cmd == --help || $cmd == help ]] || exit 2 ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; [[ $cmd == -h || $cmd == --help || $cmd == help ]] || exit 2 ;;
 esac

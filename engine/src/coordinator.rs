@@ -638,8 +638,9 @@ impl Coordinator {
         ))
     }
 
-    /// How long a stop may wait for its final checkpoint.
+    /// How long a stop may wait for its final checkpoint: the checkpoint in flight may
+    /// take the timeout, then the final one too.
     pub(crate) fn stop_timeout(&self) -> Duration {
-        self.config.timeout
+        self.config.timeout.saturating_mul(2)
     }
 }

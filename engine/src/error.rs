@@ -113,3 +113,29 @@ impl Error {
 
 /// The engine's result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The class of a checkpoint-storage error survives the crate seam: the job manager
+    /// restarts after an outage, not after a corrupt checkpoint.
+    #[test]
+    fn checkpoint_errors_keep_their_class() {
+        let outage = caudal_checkpoints::Error::Io {
+            context: "reading",
+            path: "/ckpt/chk-3/_metadata".into(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+        };
+        let corrupt = caudal_checkpoints::Error::BadMetadata {
+            checkpoint: "chk-3".into(),
+            file: "_metadata".into(),
+            reason: "not JSON".into(),
+        };
+        let wrap = |e| Error::Checkpoints { context: "restore".into(), source: Box::new(e) };
+        assert!(wrap(outage).is_retryable());
+        let e = wrap(corrupt);
+        assert!(!e.is_retryable());
+        assert!(e.to_string().starts_with("restore: checkpoint chk-3"), "{e}");
+    }
+}

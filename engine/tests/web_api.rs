@@ -515,3 +515,62 @@ fn web_bind_reads_its_environment_override() {
     assert!(err.contains("CAUDAL__WEB_BIND") && err.contains("localhost"), "{err}");
     assert_eq!(JobConfig::default().web_bind, None, "no server unless asked for");
 }
+
+/// Random requests — paths, query strings, methods, content types and bodies, printable or
+/// not — get an answer below 500 from a server with a running job, and the server keeps
+/// answering afterwards.
+#[test]
+fn random_requests_never_get_a_server_error() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let addr = free_addr();
+    let runner = std::thread::spawn(move || job(addr).execute(JOB));
+    let c = Client::new(addr);
+    c.wait_up();
+    let segment = prop_oneof![
+        Just(JOB.to_string()),
+        Just("jobs".to_string()),
+        Just("operators".to_string()),
+        Just("state".to_string()),
+        "[a-zA-Z0-9%._~-]{0,12}",
+        "\\PC{0,8}".prop_map(|s| s.bytes().map(|b| format!("%{b:02X}")).collect::<String>()),
+    ];
+    let request = (
+        proptest::collection::vec(segment, 0..6),
+        "[a-z_=&%0-9-]{0,24}",
+        prop_oneof![Just("GET"), Just("POST"), Just("PUT"), Just("DELETE")],
+        prop_oneof![Just("application/json"), Just("text/plain"), Just("")],
+        proptest::collection::vec(any::<u8>(), 0..64),
+    );
+    let mut runner_cfg =
+        TestRunner::new(Config { cases: 96, failure_persistence: None, ..Config::default() });
+    runner_cfg
+        .run(&request, |(segments, query, method, content_type, body)| {
+            if segments.iter().any(|s| s == "cancel" || s == "stop") {
+                return Ok(()); // would end the job (and the server) by design
+            }
+            let body = if matches!(method, "POST" | "PUT") { body } else { Vec::new() };
+            let url = format!("{}/api/v1/{}?{query}", c.base, segments.join("/"));
+            let mut b = ureq::http::Request::builder().method(method).uri(&url);
+            if !content_type.is_empty() {
+                b = b.header("Content-Type", content_type);
+            }
+            let status = match b.body(body) {
+                Ok(req) => match c.agent.run(req) {
+                    Ok(r) => r.status().as_u16(),
+                    Err(e) => panic!("{method} {url}: {e}"),
+                },
+                Err(_) => return Ok(()), // not a request at all
+            };
+            prop_assert!(status < 500, "{method} {url} ({content_type}): {status}");
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        c.ok(&format!("/api/v1/jobs/{JOB}"))["name"],
+        JOB,
+        "the server answers after the random requests"
+    );
+    assert_eq!(c.post(&format!("/api/v1/jobs/{JOB}/cancel")).status, 202);
+    let _ = runner.join().unwrap();
+}

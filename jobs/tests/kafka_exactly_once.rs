@@ -47,6 +47,8 @@ fn input(stack: &Stack) -> &'static str {
 struct Run {
     input: String,
     checkpoint_interval: &'static str,
+    /// `--parallelism` (2).
+    parallelism: &'static str,
     /// `--max-records-per-second`: bounds how far one run gets before it is killed.
     max_rate: Option<&'static str>,
     /// More arguments (e.g. `--delivery at-least-once`).
@@ -60,6 +62,7 @@ fn new_run(stack: &Stack, name: &str) -> Run {
     let run = Run {
         input: input(stack).to_owned(),
         checkpoint_interval: "0.1",
+        parallelism: "2",
         max_rate: None,
         extra: Vec::new(),
         readings: unique(&format!("{name}-readings")),
@@ -76,7 +79,14 @@ fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Chi
     cmd.args(["--source", "kafka", "--input-topic", &run.input, "--bounded"])
         .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
         .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .args(["--window-secs", "10", "--parallelism", "2", "--checkpoint-interval", run.checkpoint_interval])
+        .args([
+            "--window-secs",
+            "10",
+            "--parallelism",
+            run.parallelism,
+            "--checkpoint-interval",
+            run.checkpoint_interval,
+        ])
         .args(["--progress-secs", "1", "--no-ui", "--transactional-id-prefix", &run.readings])
         .arg("--checkpoint-dir")
         .arg(run.ckpt.path())
@@ -425,6 +435,49 @@ fn fence_open_transactions(stack: &Stack, prefix: &str) -> Vec<String> {
         }
     }
     fenced
+}
+
+/// A run at parallelism 3 is killed with transactions open in every subtask; a fresh
+/// start at parallelism 1 (same transactional ids, no restore) aborts them all — also
+/// those of subtasks 1 and 2, which it no longer has — so read_committed readers do not
+/// wait for the broker's transaction timeout.
+#[test]
+fn a_smaller_fresh_start_aborts_what_a_larger_killed_run_left_open() {
+    let Some(stack) = stack() else { return };
+    let mut run = new_run(&stack, "shrink");
+    run.parallelism = "3";
+    run.max_rate = Some("20000");
+    let coordinator = TxnCoordinatorClient::new(&stack.brokers, Duration::from_secs(10));
+    let open = |subtask: u32| -> Vec<String> {
+        let mut ids = Vec::new();
+        for folder in ["readings", "windows"] {
+            for index in 0.. {
+                let id = format!("{}-{folder}-{subtask}-{index}", run.readings);
+                let Some(state) = coordinator.describe(&id).unwrap() else { break };
+                if state.is_open() {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    };
+    let mut child = spawn(&stack, &run, false, None);
+    let started = std::time::Instant::now();
+    while open(2).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "subtask 2 never had an open transaction");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let (status, _) = wait(child);
+    assert_eq!(status.signal(), Some(9));
+    assert!(!open(1).is_empty() || !open(2).is_empty(), "the kill left nothing open");
+    run.parallelism = "1";
+    run.max_rate = None;
+    let (status, err) = wait(spawn(&stack, &run, false, None));
+    assert!(status.success(), "the fresh start failed: {err}");
+    for subtask in 1..3 {
+        assert_eq!(open(subtask), Vec::<String>::new(), "left open by subtask {subtask} of the killed run");
+    }
 }
 
 #[test]

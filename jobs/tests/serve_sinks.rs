@@ -555,7 +555,8 @@ impl PrivateStack {
 
 impl Drop for PrivateStack {
     fn drop(&mut self) {
-        self.services("stop", &["postgres", "redis"]);
+        // Purge, not stop: PostgreSQL's files may live outside the stack folder.
+        self.services("purge", &["postgres", "redis"]);
     }
 }
 

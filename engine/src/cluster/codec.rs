@@ -48,6 +48,25 @@ mod tests {
     use super::*;
     use crate::types::Record;
 
+    proptest::proptest! {
+        /// What arrives from another process is decoded or refused, never a panic: random
+        /// bytes, and every cut of a valid batch.
+        #[test]
+        fn any_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = (BatchCodec::of::<(u64, String)>().decode)(&bytes);
+            let _ = (BatchCodec::of::<Vec<f64>>().decode)(&bytes);
+        }
+
+        #[test]
+        fn a_cut_batch_is_an_error(cut in 0usize..40) {
+            let codec = BatchCodec::of::<(u64, String)>();
+            let batch: Batch<(u64, String)> = vec![Record::new(5, (1, "abcdef".into())), Record::new(6, (2, "g".into()))];
+            let bytes = (codec.encode)(Box::new(batch)).unwrap();
+            let cut = cut.min(bytes.len() - 1);
+            proptest::prop_assert!((codec.decode)(&bytes[..cut]).is_err());
+        }
+    }
+
     #[test]
     fn batches_round_trip() {
         let codec = BatchCodec::of::<(u64, String)>();

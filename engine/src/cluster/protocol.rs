@@ -242,8 +242,16 @@ pub(crate) fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<T
             format!("frame of {len} bytes exceeds MAX_FRAME"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    // Grown as bytes arrive, not allocated from the length: a peer claiming a large frame
+    // costs memory only for what it really sends.
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    r.take(len as u64).read_to_end(&mut body)?;
+    if body.len() < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("frame cut off after {} of {len} bytes", body.len()),
+        ));
+    }
     bincode::serde::decode_from_slice(&body, bincode::config::standard())
         .map(|(m, _)| m)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("undecodable frame: {e}")))
@@ -332,6 +340,39 @@ mod tests {
         assert!(matches!(read_frame::<FromExecutor>(&mut r).unwrap(), FromExecutor::Heartbeat));
         let err = read_frame::<FromExecutor>(&mut r).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    proptest::proptest! {
+        /// Random bytes, and every cut of valid frames, are errors — never a panic, and never
+        /// an allocation beyond what arrived.
+        #[test]
+        fn any_bytes_are_a_frame_or_an_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = read_frame::<FromExecutor>(&mut &bytes[..]);
+            let _ = read_frame::<ToExecutor>(&mut &bytes[..]);
+            let _ = read_frame::<Hello>(&mut &bytes[..]);
+            let _ = read_frame::<FromTaskManager>(&mut &bytes[..]);
+            let _ = read_frame::<ToTaskManager>(&mut &bytes[..]);
+        }
+
+        #[test]
+        fn a_cut_frame_is_an_error(cut in 0usize..64) {
+            let mut buf = Vec::new();
+            let msg = Hello::TaskManager { name: "tm-1".into(), slots: 4, location: "host:1".into() };
+            write_frame(&mut buf, &msg).unwrap();
+            let cut = cut.min(buf.len() - 1);
+            proptest::prop_assert!(read_frame::<Hello>(&mut &buf[..cut]).is_err());
+        }
+
+        /// A length prefix up to the limit with a short body: an error after reading what
+        /// came, the claimed size is never allocated up front.
+        #[test]
+        fn a_large_claimed_length_with_a_short_body_is_an_error(len in 1u32..(MAX_FRAME as u32), body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let mut frame = len.to_be_bytes().to_vec();
+            frame.extend_from_slice(&body);
+            if (len as usize) > body.len() {
+                proptest::prop_assert!(read_frame::<FromExecutor>(&mut &frame[..]).is_err());
+            }
+        }
     }
 
     #[test]

@@ -221,3 +221,24 @@ impl<T: Data> Sink for KafkaSink<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+    struct Row {
+        n: u64,
+    }
+
+    /// Without checkpoints an exactly-once sink would hold one transaction for the whole run:
+    /// refused at start, before any broker is contacted.
+    #[test]
+    fn exactly_once_without_checkpoints_is_refused_at_start() {
+        let mut ctx = OperatorContext::unkeyed("job", "sink", 1, 2);
+        ctx.checkpointing = false;
+        let mut sink = KafkaSink::<Row>::new(KafkaSinkConfig::new("127.0.0.1:1", "out"), JsonSerializer);
+        let e = sink.on_start(&mut ctx).unwrap_err().to_string();
+        assert!(e.contains("this job takes none") && e.contains("at-least-once"), "{e}");
+    }
+}
