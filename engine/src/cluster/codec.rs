@@ -38,7 +38,7 @@ fn encode<T: Data>(batch: AnyBatch) -> Result<Vec<u8>> {
 }
 
 fn decode<T: Data>(bytes: &[u8]) -> Result<AnyBatch> {
-    let (batch, _): (Batch<T>, usize) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+    let batch: Batch<T> = super::protocol::decode_bounded(bytes)
         .map_err(|e| Error::Cluster(format!("decoding a batch of {}: {e}", std::any::type_name::<T>())))?;
     Ok(Box::new(batch))
 }
@@ -55,6 +55,16 @@ mod tests {
         fn any_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
             let _ = (BatchCodec::of::<(u64, String)>().decode)(&bytes);
             let _ = (BatchCodec::of::<Vec<f64>>().decode)(&bytes);
+        }
+
+        /// A batch that claims a huge string in a few bytes is refused, not allocated.
+        #[test]
+        fn a_huge_claimed_length_is_refused(claim in (1u64 << 24)..u64::MAX) {
+            let mut bytes = vec![1u8, 0, 0]; // one record: ts 0, value.0 = 0
+            bytes.push(0xfd); // bincode varint: a u64 follows
+            bytes.extend_from_slice(&claim.to_le_bytes()); // the string's length
+            bytes.extend_from_slice(b"abc");
+            proptest::prop_assert!((BatchCodec::of::<(u64, String)>().decode)(&bytes).is_err());
         }
 
         #[test]
