@@ -18,6 +18,9 @@ const MAX_PROBED_IDS: u32 = 64;
 /// Subtask numbers probed at most for ids of earlier runs with a larger parallelism.
 const MAX_PROBED_SUBTASKS: u32 = 4096;
 
+/// Unknown subtask ids in a row after which no larger one is probed.
+const PROBED_GAP: u32 = 32;
+
 /// What one sink subtask recovers: the old subtasks whose transactions it takes over.
 #[derive(Debug)]
 pub(crate) struct Recovery<'a> {
@@ -58,19 +61,24 @@ impl Recovery<'_> {
         // crashed before any checkpoint or never restored, ran with more): their ids may hold
         // open transactions too, which would stall read_committed readers until the broker
         // times them out. Ids are used from index 0 on, so a subtask whose first id the
-        // coordinator does not know never wrote.
+        // coordinator does not know never wrote — but a later one may have (a subtask that
+        // had no records yet when the run was killed): probing stops only after
+        // PROBED_GAP unknown subtasks in a row.
         let p = self.parallelism.max(1);
         let mut beyond = old_parallelism.max(p);
         beyond += (self.subtask + p - beyond % p) % p;
-        while beyond < MAX_PROBED_SUBTASKS {
+        let mut unknown_in_a_row = 0;
+        while beyond < MAX_PROBED_SUBTASKS && unknown_in_a_row < PROBED_GAP {
             let known = self
                 .coordinator
                 .describe(&transactional_id(self.prefix, beyond, 0))
                 .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
-            if known.is_none() {
-                break;
+            if known.is_some() {
+                mine.push(beyond);
+                unknown_in_a_row = 0;
+            } else {
+                unknown_in_a_row += 1;
             }
-            mine.push(beyond);
             beyond += p;
         }
         for old in mine {
