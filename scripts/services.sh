@@ -593,7 +593,9 @@ cmd_start() {
   mkdir -p "$CACHE"
   ensure_venv
   for s in "$@"; do
-    mkdir -p "$STACK/$s"
+    # PostgreSQL's folder may be a link to a folder of its own (pg_place), even a dangling
+    # one (its target cleaned away with /var/tmp): pg_place recreates the target.
+    [[ -L $STACK/$s ]] || mkdir -p "$STACK/$s"
     if is_running "$s"; then continue; fi
     svc_prepare "$s"
   done
