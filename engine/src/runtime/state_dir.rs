@@ -14,10 +14,10 @@ use std::time::Duration;
 /// The lock file inside a run's directory.
 const LOCK_FILE: &str = ".caudal-run.lock";
 
-/// Directories without a lock file (from Caudal versions before it) are judged by their
-/// process id, and only when older than this (a run creating its directory has not locked
-/// it yet).
-const LEGACY_MIN_AGE: Duration = Duration::from_secs(60);
+/// A directory younger than this is never removed: the run creating it may not have locked
+/// it yet (directories without a lock file, from Caudal versions before it, are then judged
+/// by their process id).
+const MIN_AGE: Duration = Duration::from_secs(60);
 
 /// The run's directory, removed when dropped (the job ended).
 pub(crate) struct LocalStateDir {
@@ -42,9 +42,8 @@ impl LocalStateDir {
         let lock_path = path.join(LOCK_FILE);
         let lock = File::create(&lock_path)
             .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
-        lock.try_lock().map_err(|e| {
-            Error::io(format!("locking {}", lock_path.display()), std::io::Error::other(e.to_string()))
-        })?;
+        // Blocking: a cleanup of another run may hold it for a moment while it looks.
+        lock.lock().map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
         Ok(LocalStateDir { path, _lock: lock })
     }
 
@@ -70,6 +69,14 @@ fn remove_abandoned(base: &Path) {
 }
 
 fn abandoned(dir: &Path) -> bool {
+    let old = std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= MIN_AGE);
+    if !old {
+        return false;
+    }
     match File::open(dir.join(LOCK_FILE)) {
         // Taken only when no live process holds it; dropped (released) right after.
         Ok(lock) => lock.try_lock().is_ok(),
@@ -77,23 +84,24 @@ fn abandoned(dir: &Path) -> bool {
     }
 }
 
-/// `<job>-<pid>-<n>` without a lock file: abandoned when old and its process is gone.
+/// `<job>-<pid>-<n>` without a lock file: abandoned when its process is gone.
 fn legacy_abandoned(dir: &Path) -> bool {
-    let old = std::fs::metadata(dir)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age >= LEGACY_MIN_AGE);
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut parts = name.rsplitn(3, '-');
     let (Some(_n), Some(pid), Some(_job)) = (parts.next(), parts.next(), parts.next()) else { return false };
     let proc = Path::new("/proc");
-    old && proc.join("self").exists() && pid.parse::<u32>().is_ok() && !proc.join(pid).exists()
+    proc.join("self").exists() && pid.parse::<u32>().is_ok() && !proc.join(pid).exists()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Makes `dir` look two minutes old.
+    fn age(dir: &Path) {
+        let then = std::time::SystemTime::now() - Duration::from_secs(120);
+        File::open(dir).unwrap().set_modified(then).unwrap();
+    }
 
     #[test]
     fn a_locked_directory_survives_the_cleanup_whatever_its_pid_and_an_unlocked_one_goes() {
@@ -110,11 +118,19 @@ mod tests {
         // A fresh directory of an older version (no lock file): too young to judge.
         let legacy = base.path().join("job-999999997-0");
         std::fs::create_dir_all(&legacy).unwrap();
+        // A directory just created by a run that has not locked it yet.
+        let starting = base.path().join("job-999999996-0");
+        std::fs::create_dir_all(&starting).unwrap();
+        File::create(starting.join(LOCK_FILE)).unwrap();
+        for dir in [&live, &dead] {
+            age(dir);
+        }
 
         let mine = LocalStateDir::create(Some(base.path()), "job").unwrap();
         assert!(live.exists(), "a directory whose lock is held was removed");
         assert!(!dead.exists(), "an abandoned directory was kept");
         assert!(legacy.exists(), "a young directory without a lock file was removed");
+        assert!(starting.exists(), "a young directory was removed before its run locked it");
         assert!(mine.path().join(LOCK_FILE).exists());
         // Its own lock keeps it from a second cleanup, and the end of the run removes it.
         remove_abandoned(base.path());
