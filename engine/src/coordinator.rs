@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn state_err(e: caudal_checkpoints::Error) -> Error {
-    Error::Checkpoints { context: "checkpoint storage".into(), source: Box::new(e) }
+    Error::CheckpointStorage { context: "checkpoint storage".into(), source: Box::new(e) }
 }
 
 /// Opens the job's checkpoint storage: `<storage>/<job>/`.
@@ -42,7 +42,7 @@ pub(crate) fn open_store(
 /// A failed read of the checkpoint to restore, with its class kept: a storage outage is
 /// retried by the job manager, a corrupt or foreign checkpoint is not.
 fn restore_err(e: caudal_checkpoints::Error) -> Error {
-    Error::Checkpoints { context: "restore".into(), source: Box::new(e) }
+    Error::CheckpointStorage { context: "restore".into(), source: Box::new(e) }
 }
 
 /// Reads the checkpoint to restore from, by the rules of `config.restore`.
@@ -222,6 +222,8 @@ pub(crate) struct Coordinator {
     failed_in_a_row: u32,
     /// The cause of the last failure.
     last_failure: Option<String>,
+    /// When the first tick asked to stop (a stop, or every source at the end of its input).
+    stopping_since: Option<Instant>,
 }
 
 impl Drop for Coordinator {
@@ -304,6 +306,7 @@ impl Coordinator {
             view,
             failed_in_a_row: 0,
             last_failure: None,
+            stopping_since: None,
         })
     }
 
@@ -534,6 +537,14 @@ impl Coordinator {
                 self.fail(view, cause);
             }
         }
+        // The end-of-input rule: sources stop (and sinks close) only after the final
+        // checkpoint completed; one that does not complete in time fails the job instead.
+        if stop_requested {
+            let waited = self.stopping_since.get_or_insert_with(Instant::now).elapsed();
+            if waited > self.stop_timeout() && !self.final_checkpoint_done() {
+                return Err(self.final_checkpoint_overdue(waited));
+            }
+        }
         // A task that finished cannot take part in a checkpoint: no more checkpoints. (Tasks
         // wait for the final checkpoint before they finish; one that finished failed, and the
         // job fails with its error.)
@@ -612,35 +623,40 @@ impl Coordinator {
     }
 
     /// True when the final checkpoint of a stop or of the end of input completed.
-    pub(crate) fn final_checkpoint_done(&self) -> bool {
+    fn final_checkpoint_done(&self) -> bool {
         self.final_checkpoint.is_some_and(|f| self.last_completed >= Some(f))
     }
 
     /// The job fails: checkpoints failed beyond what it tolerates.
     fn checkpointing_failed(&self) -> Error {
-        Error::Checkpoint(format!(
+        Error::CheckpointsFailed(format!(
             "{} checkpoint(s) failed in a row, more than tolerable_failed_checkpoints = {} \
              (CAUDAL__TOLERABLE_FAILED_CHECKPOINTS); last: {}. Nothing after checkpoint {} is committed: \
              restore from it to continue",
             self.failed_in_a_row,
             self.config.tolerable_failed_checkpoints,
             self.last_failure.as_deref().unwrap_or("unknown"),
-            self.last_completed.map_or_else(|| "none (start again)".into(), |c| c.label()),
+            self.resume_point(),
         ))
     }
 
     /// The job fails: its final checkpoint did not complete within `waited`.
-    pub(crate) fn final_checkpoint_overdue(&self, waited: Duration) -> Error {
-        Error::Checkpoint(format!(
+    fn final_checkpoint_overdue(&self, waited: Duration) -> Error {
+        Error::CheckpointsFailed(format!(
             "the final checkpoint did not complete within {waited:?}; nothing after checkpoint {} is \
              committed: restore from it to finish the job",
-            self.last_completed.map_or_else(|| "none (start again)".into(), |c| c.label()),
+            self.resume_point(),
         ))
+    }
+
+    /// The checkpoint a restore after a failure continues from, as the messages name it.
+    fn resume_point(&self) -> String {
+        self.last_completed.map_or_else(|| "none (start again)".into(), |c| c.label())
     }
 
     /// How long a stop may wait for its final checkpoint: the checkpoint in flight may
     /// take the timeout, then the final one too.
-    pub(crate) fn stop_timeout(&self) -> Duration {
+    fn stop_timeout(&self) -> Duration {
         self.config.timeout.saturating_mul(2)
     }
 }

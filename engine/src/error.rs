@@ -73,7 +73,7 @@ pub enum Error {
     /// one): retryable when the cause is (storage briefly unreachable), not when the
     /// checkpoint itself is bad (missing or corrupt file, another job's metadata).
     #[error("{context}: {source}")]
-    Checkpoints {
+    CheckpointStorage {
         /// What was being done.
         context: String,
         /// The classified cause (boxed: it is large, and rare).
@@ -85,7 +85,7 @@ pub enum Error {
     /// the last completed checkpoint is not committed. A restore from that checkpoint
     /// replays it (retryable).
     #[error("{0}")]
-    Checkpoint(String),
+    CheckpointsFailed(String),
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,
@@ -105,7 +105,7 @@ impl Error {
     /// True when a restart may help (external failures, task failures).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Checkpoints { source, .. } => source.is_retryable(),
+            Error::CheckpointStorage { source, .. } => source.is_retryable(),
             _ => !matches!(self, Error::Config { .. } | Error::Graph(_) | Error::Cancelled),
         }
     }
@@ -132,7 +132,7 @@ mod tests {
             file: "_metadata".into(),
             reason: "not JSON".into(),
         };
-        let wrap = |e| Error::Checkpoints { context: "restore".into(), source: Box::new(e) };
+        let wrap = |e| Error::CheckpointStorage { context: "restore".into(), source: Box::new(e) };
         assert!(wrap(outage).is_retryable());
         let e = wrap(corrupt);
         assert!(!e.is_retryable());

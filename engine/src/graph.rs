@@ -170,11 +170,7 @@ pub(crate) fn operator_uids(nodes: &[Node]) -> Result<Vec<String>> {
                 uid.clone()
             }
             None => {
-                let clean: String = node
-                    .name
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
-                    .collect();
+                let clean = uid_safe(&node.name);
                 let k = seen_names.entry(clean.clone()).or_insert(0);
                 let mut uid = if *k == 0 { clean } else { format!("{clean}.{k}") };
                 *k += 1;
@@ -195,10 +191,19 @@ pub(crate) fn operator_uids(nodes: &[Node]) -> Result<Vec<String>> {
     Ok(uids)
 }
 
+/// A character of uids: `[A-Za-z0-9._-]`, safe in file and object names.
+fn is_uid_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// `s` with every character that cannot be in a uid replaced by `_`: a uid derived from a
+/// name, or a name (a job's, say) put next to uids in file and object names.
+pub fn uid_safe(s: &str) -> String {
+    s.chars().map(|c| if is_uid_char(c) { c } else { '_' }).collect()
+}
+
 fn check_uid(uid: &str, name: &str) -> Result<()> {
-    let ok = !uid.is_empty()
-        && uid.len() <= MAX_UID_LEN
-        && uid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let ok = !uid.is_empty() && uid.len() <= MAX_UID_LEN && uid.chars().all(is_uid_char);
     if ok {
         Ok(())
     } else {

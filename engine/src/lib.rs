@@ -48,7 +48,7 @@ pub use api::env::{JobResult, ProgressFn, StopHandle, StreamEnv};
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
-pub use graph::{EdgeKind, JobPlan, PlanEdge, PlanNode};
+pub use graph::{uid_safe, EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };

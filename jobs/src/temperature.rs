@@ -262,28 +262,27 @@ impl TemperatureJob {
             .name(names::TO_WINDOW_STATS)
             .uid(names::TO_WINDOW_STATS);
         if let Some(pg) = &self.serve.postgres {
-            let mut readings_pg = pg.clone();
-            readings_pg.table = tables::READINGS.into();
-            readings_pg.key = vec!["sensor_id".into(), "ts".into()];
-            readings_pg.validate()?;
+            // One config per table: the shared settings, its table and its key.
+            let table = |table: &str, key: &[&str]| -> Result<PostgresSinkConfig> {
+                let mut config = pg.clone();
+                config.table = table.into();
+                config.key = key.iter().map(|k| k.to_string()).collect();
+                config.validate()?;
+                Ok(config)
+            };
+            let readings_pg = table(tables::READINGS, &["sensor_id", "ts"])?;
             readings
                 .clone()
                 .sink(names::READINGS_POSTGRES, move |_| readings_pg.build::<ProcessedReading>())
                 .uid(names::READINGS_POSTGRES);
-            let mut windows_pg = pg.clone();
-            windows_pg.table = tables::WINDOWS.into();
-            windows_pg.key = vec!["sensor_id".into(), "window_start".into()];
-            windows_pg.validate()?;
+            let windows_pg = table(tables::WINDOWS, &["sensor_id", "window_start"])?;
             windows
                 .clone()
                 .sink(names::WINDOWS_POSTGRES, move |_| windows_pg.build::<WindowStats>())
                 .uid(names::WINDOWS_POSTGRES);
-            let mut latest_pg = pg.clone();
-            latest_pg.table = tables::LATEST.into();
-            latest_pg.key = vec!["sensor_id".into()];
-            latest_pg.validate()?;
             // A sensor's readings come in order through one subtask (one generator split or
             // Kafka partition each): the last upsert of an epoch is its latest reading.
+            let latest_pg = table(tables::LATEST, &["sensor_id"])?;
             readings
                 .clone()
                 .sink(names::LATEST_POSTGRES, move |_| latest_pg.build::<ProcessedReading>())

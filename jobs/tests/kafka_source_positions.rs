@@ -69,18 +69,30 @@ fn has_checkpoint(dir: &Path, job: &str) -> bool {
         .any(|e| e.path().join("_metadata").exists())
 }
 
+/// The job: the Kafka source into a sink that collects what reaches it.
+fn job_env(dir: &Path, source: KafkaSourceConfig, restore: bool, sink: Collect) -> StreamEnv {
+    let env = StreamEnv::with_config(config(dir, restore));
+    env.source("numbers", KafkaSource::<Record>::json(source), WatermarkStrategy::none())
+        .uid("numbers")
+        .sink("collect", move |_| Ok(sink.clone()))
+        .uid("collect");
+    env
+}
+
+/// What `got` collected, sorted.
+fn collected(got: &Collect) -> Vec<u64> {
+    let mut v = got.0.lock().unwrap().clone();
+    v.sort_unstable();
+    v
+}
+
 /// Runs the job until a checkpoint completed, then stops it (final checkpoint).
 fn run_until_checkpointed(dir: &Path, job: &str, source: KafkaSourceConfig, restore: bool) -> Vec<u64> {
     let got = Collect::default();
-    let sink = got.clone();
-    let (name, config) = (job.to_string(), config(dir, restore));
+    let (name, dir_owned, sink) = (job.to_string(), dir.to_path_buf(), got.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     let runner = std::thread::spawn(move || {
-        let env = StreamEnv::with_config(config);
-        env.source("numbers", KafkaSource::<Record>::json(source), WatermarkStrategy::none())
-            .uid("numbers")
-            .sink("collect", move |_| Ok(sink.clone()))
-            .uid("collect");
+        let env = job_env(&dir_owned, source, restore, sink);
         let _ = tx.send(env.stop_handle());
         env.execute(&name).map(|_| ())
     });
@@ -93,24 +105,14 @@ fn run_until_checkpointed(dir: &Path, job: &str, source: KafkaSourceConfig, rest
     std::thread::sleep(Duration::from_millis(500));
     stop.stop();
     runner.join().unwrap().expect("the job stops cleanly");
-    let mut v = got.0.lock().unwrap().clone();
-    v.sort_unstable();
-    v
+    collected(&got)
 }
 
 /// Runs a bounded job to its end.
 fn run_bounded(dir: &Path, job: &str, source: KafkaSourceConfig, restore: bool) -> Vec<u64> {
     let got = Collect::default();
-    let env = StreamEnv::with_config(config(dir, restore));
-    let sink = got.clone();
-    env.source("numbers", KafkaSource::<Record>::json(source), WatermarkStrategy::none())
-        .uid("numbers")
-        .sink("collect", move |_| Ok(sink.clone()))
-        .uid("collect");
-    env.execute(job).expect("the bounded job finishes");
-    let mut v = got.0.lock().unwrap().clone();
-    v.sort_unstable();
-    v
+    job_env(dir, source, restore, got.clone()).execute(job).expect("the bounded job finishes");
+    collected(&got)
 }
 
 #[test]

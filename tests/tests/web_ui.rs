@@ -240,6 +240,27 @@ fn base64_decode(s: &str) -> Vec<u8> {
 }
 
 /// The temperature pipeline, unbounded and throttled, serving its UI on `addr`.
+/// The temperature job's detail from the REST API at `base`, if it answers 200.
+fn detail(http: &ureq::Agent, base: &str) -> Option<Value> {
+    let mut r = http.get(format!("{base}/api/v1/jobs/temperature")).call().ok()?;
+    if r.status() != 200 {
+        return None;
+    }
+    r.body_mut().read_json().ok()
+}
+
+/// Polls the job's detail until `done` holds (at most 20 s); returns it.
+fn wait_for_detail(http: &ureq::Agent, base: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = detail(http, base).filter(|v| done(v)) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what} on {base}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn start_temperature(
     addr: SocketAddr,
 ) -> (StopHandle, std::thread::JoinHandle<caudal::Result<caudal::JobResult>>) {
@@ -279,16 +300,7 @@ fn job_page_shows_every_operator_and_live_rates_in_chromium() {
     let stop_on_panic = StopOnDrop(Some(stop));
     let base = format!("http://{addr}");
     let http = agent();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let detail: Value = loop {
-        if let Ok(mut r) = http.get(format!("{base}/api/v1/jobs/temperature")).call() {
-            if r.status() == 200 {
-                break r.body_mut().read_json().unwrap();
-            }
-        }
-        assert!(Instant::now() < deadline, "the job's web server did not come up on {addr}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let detail = wait_for_detail(&http, &base, "the job's web server", |_| true);
     let mut operators: Vec<String> = detail["operators"]
         .as_array()
         .unwrap()
@@ -713,16 +725,9 @@ fn a_page_of_another_origin_cannot_stop_or_cancel_a_job_in_chromium() {
     let _stop_on_panic = StopOnDrop(Some(stop));
     let base = format!("http://{addr}");
     let http = agent();
-    let status = |http: &ureq::Agent| -> Option<String> {
-        let mut r = http.get(format!("{base}/api/v1/jobs/temperature")).call().ok()?;
-        let v: Value = r.body_mut().read_json().ok()?;
-        v["status"].as_str().map(str::to_string)
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while status(&http).as_deref() != Some("RUNNING") {
-        assert!(Instant::now() < deadline, "the job did not come up on {addr}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let status =
+        |http: &ureq::Agent| detail(http, &base).and_then(|v| v["status"].as_str().map(str::to_string));
+    wait_for_detail(&http, &base, "the job running", |v| v["status"] == "RUNNING");
     let evil = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let evil_url = format!("http://{}/", evil.local_addr().unwrap());
     let job = format!("{base}/api/v1/jobs/temperature");

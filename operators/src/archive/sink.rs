@@ -61,7 +61,7 @@ pub struct ArchiveSink<R: 'static> {
     /// `_inprogress/<job>/<operator uid>`: this sink's in-progress objects, apart from
     /// those of other jobs and sinks archiving to the same place.
     in_progress: String,
-    /// The operator uid, cleaned for object names.
+    /// The operator uid, made object-name safe.
     uid: String,
     what: String,
     checkpointing: bool,
@@ -109,13 +109,8 @@ impl<R: AvroRecord> ArchiveSink<R> {
     fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.subtask = ctx.subtask;
         self.attempt = ctx.attempt.clone();
-        let clean = |s: &str| -> String {
-            s.chars()
-                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
-                .collect()
-        };
-        self.uid = clean(&ctx.operator_uid);
-        self.in_progress = format!("{IN_PROGRESS}/{}/{}", clean(&ctx.job_name), self.uid);
+        self.uid = caudal::uid_safe(&ctx.operator_uid);
+        self.in_progress = format!("{IN_PROGRESS}/{}/{}", caudal::uid_safe(&ctx.job_name), self.uid);
         self.checkpointing = ctx.checkpointing;
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.metrics = ctx.metrics.clone();

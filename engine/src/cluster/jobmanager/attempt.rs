@@ -331,7 +331,6 @@ impl Attempt<'_> {
         let deployed = Instant::now();
         let mut last_sent = Instant::now();
         let mut stop_sent = false;
-        let mut stop_since: Option<Instant> = None;
         loop {
             if self.cancelled() {
                 return Outcome::Canceled;
@@ -444,22 +443,12 @@ impl Attempt<'_> {
             }
             let at_end: usize = self.execs.iter().map(|e| e.sources_at_end).sum();
             let stopping = (total_sources > 0 && at_end >= total_sources) || job.stop.load(Ordering::SeqCst);
-            if stopping && stop_since.is_none() {
-                stop_since = Some(Instant::now());
-            }
             let mut stop_now = stopping && coordinator.is_none();
             if let Some(c) = coordinator.as_mut() {
-                // The end-of-input rule, as in embedded mode: Stop only after the final
-                // checkpoint completed; overdue or failing checkpoints fail the attempt.
+                // As in embedded mode: Stop only after the final checkpoint completed;
+                // overdue or failing checkpoints fail the attempt.
                 match c.tick(&proxies, &job.view, stopping) {
-                    Ok(tick) => {
-                        stop_now = tick == Tick::StopSources;
-                        if let Some(waited) = stop_since.map(|t| t.elapsed()) {
-                            if waited > c.stop_timeout() && !c.final_checkpoint_done() {
-                                return failed(c.final_checkpoint_overdue(waited).to_string());
-                            }
-                        }
-                    }
+                    Ok(tick) => stop_now = tick == Tick::StopSources,
                     Err(err) => return failed(format!("checkpoint coordinator: {err}")),
                 }
                 if c.last_completed != self.last_completed {

@@ -243,7 +243,7 @@ impl Transactions {
                 .collect();
             if let Some(i) = first_to_outlive(&ages, horizon, self.config.transaction_timeout) {
                 let p = &self.pending[i];
-                return Err(Error::Checkpoint(format!(
+                return Err(Error::CheckpointsFailed(format!(
                     "kafka sink into `{}`: transaction `{}` of checkpoint {} is still not committed after {:?}; \
                      if this checkpoint failed too, or the job had to restart, the broker would abort it \
                      (transaction.timeout.ms = {} ms) before a checkpoint could commit it and its records \
