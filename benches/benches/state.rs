@@ -133,6 +133,7 @@ fn checkpoint(c: &mut Criterion) {
             checkpoint: CheckpointId(n),
             operator: op(),
             subtask: SubtaskIndex(0),
+            latest_completed: (n > 1).then(|| CheckpointId(n - 1)),
         };
         let t0 = Instant::now();
         let snapshot = backend.snapshot(&location).expect("sync snapshot");
@@ -174,6 +175,7 @@ fn checkpoint(c: &mut Criterion) {
             checkpoint: last.next(),
             operator: op(),
             subtask: SubtaskIndex(0),
+            latest_completed: Some(last),
         })
         .expect("snapshot");
     let handle = snapshot.upload(handle_store).expect("upload").handle;

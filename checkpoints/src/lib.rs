@@ -32,7 +32,7 @@
 //!
 //! // Barrier 1: synchronous snapshot, then the upload (may run on another thread).
 //! let id = CheckpointId(1);
-//! let location = StateLocation { paths: paths.clone(), checkpoint: id, operator: op.clone(), subtask: SubtaskIndex(0) };
+//! let location = StateLocation { paths: paths.clone(), checkpoint: id, operator: op.clone(), subtask: SubtaskIndex(0), latest_completed: None };
 //! let snapshot = backend.snapshot(&location)?;
 //! let result = snapshot.upload(&store)?;
 //!
@@ -56,6 +56,7 @@ mod error;
 mod ids;
 pub mod keygroup;
 pub mod keys;
+pub mod lineage;
 pub mod metadata;
 pub mod protocol;
 pub mod retention;
@@ -71,6 +72,7 @@ pub use error::{Error, ErrorClass, Result};
 pub use ids::{CheckpointId, OperatorId, SubtaskIndex};
 pub use keygroup::{KeyGroupRange, DEFAULT_MAX_PARALLELISM};
 pub use keys::{StateId, StateKey};
+pub use lineage::{CheckpointRef, Lineage};
 pub use metadata::{
     latest_completed, latest_completed_with_fallback, read_metadata, Blob, CheckpointKind,
     CheckpointMetadata, OperatorSnapshot, SubtaskSnapshot,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::backend::StateHandle;
 use crate::ids::{CheckpointId, OperatorId, SubtaskIndex};
+use crate::lineage::Lineage;
 use crate::store::{CheckpointPaths, CheckpointStore, METADATA_FILE};
 use crate::{Error, Result};
 
@@ -118,6 +119,10 @@ pub struct CheckpointMetadata {
     pub max_parallelism: u16,
     /// Per operator.
     pub operators: BTreeMap<OperatorId, OperatorSnapshot>,
+    /// The run that took it and the restore points before it (empty when written by a
+    /// version before lineages).
+    #[serde(default)]
+    pub lineage: Lineage,
 }
 
 impl CheckpointMetadata {

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::ids::{CheckpointId, OperatorId, SubtaskIndex};
+use crate::lineage::Lineage;
 use crate::metadata::{
     write_metadata, CheckpointKind, CheckpointMetadata, OperatorSnapshot, SubtaskSnapshot,
     METADATA_FORMAT_VERSION,
@@ -109,6 +110,7 @@ pub struct PendingCheckpoint {
     last_ack_ms: u64,
     unconfirmed: BTreeSet<(OperatorId, SubtaskIndex)>,
     state: CheckpointState,
+    lineage: Lineage,
 }
 
 impl PendingCheckpoint {
@@ -137,7 +139,14 @@ impl PendingCheckpoint {
             acks: BTreeMap::new(),
             last_ack_ms: trigger_time_ms,
             state: CheckpointState::Pending,
+            lineage: Lineage::default(),
         }
+    }
+
+    /// Records `lineage` (the run taking the checkpoint, its restore points) in the metadata.
+    pub fn with_lineage(mut self, lineage: Lineage) -> Self {
+        self.lineage = lineage;
+        self
     }
 
     /// The checkpoint id.
@@ -248,6 +257,7 @@ impl PendingCheckpoint {
             complete_time_ms: self.last_ack_ms,
             max_parallelism,
             operators,
+            lineage: self.lineage.clone(),
         })
     }
 

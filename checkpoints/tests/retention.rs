@@ -108,3 +108,44 @@ fn savepoints_are_self_contained_and_survive_retention() {
     retention::delete_savepoint(&store, &paths, "before-upgrade").unwrap();
     assert!(store.list("savepoints").unwrap().is_empty());
 }
+
+/// Issue #17, item 12: with one retained checkpoint, a completion notification that
+/// arrives late made the next incremental snapshot reuse a file of that checkpoint which
+/// retention had already deleted (a later checkpoint had uploaded its own copy): the
+/// checkpoint completed and could not be restored. The barrier names the latest completed
+/// checkpoint, and only its files are reused.
+#[test]
+fn a_late_completion_notification_never_makes_a_snapshot_reference_a_deleted_file() {
+    let store = InMemoryCheckpointStore::new();
+    let paths = CheckpointPaths::new();
+    let range = KeyGroupRange::all(128);
+    let mut t = open(Kind::RocksDb, range);
+    let id = StateId::new("s").unwrap();
+    let config = RetentionConfig { retained_checkpoints: 1 };
+    let put = |t: &mut common::TestBackend, round: u8| {
+        for k in 0..500u64 {
+            t.backend.put(&StateKey::new((k % 128) as u16, &id, &k.to_be_bytes()), &[round; 200]).unwrap();
+        }
+    };
+    put(&mut t, 1);
+    checkpoint(&store, &paths, JOB, 1, &mut [&mut t]);
+    // A new SST after checkpoint 1; checkpoints 2 and 3 each upload it (their
+    // notifications have not arrived, and their barriers name no completion, as all
+    // barriers did before), so retention after 3 keeps only 3's copy.
+    put(&mut t, 2);
+    common::take_checkpoint(&store, &paths, JOB, 2, None, &mut [t.backend.as_mut()]);
+    common::take_checkpoint(&store, &paths, JOB, 3, None, &mut [t.backend.as_mut()]);
+    let report = apply_retention(&store, &paths, JOB, &config).unwrap();
+    assert!(!report.deleted_shared_files.is_empty(), "checkpoint 2's copy must be deleted: {report:?}");
+    // Checkpoint 2's notification arrives now, after retention.
+    t.backend.notify_checkpoint_complete(CheckpointId(2));
+    t.backend.put(&StateKey::new(0, &id, b"after"), b"x").unwrap();
+    let (meta4, stats4) = common::take_checkpoint(&store, &paths, JOB, 4, Some(3), &mut [t.backend.as_mut()]);
+    assert!(stats4[0].reused_files > 0, "checkpoint 3's files are reused: {stats4:?}");
+    for object in meta4.referenced_objects() {
+        assert!(store.head(&object).unwrap().is_some(), "checkpoint 4 references the deleted {object}");
+    }
+    let handles = meta4.operators[&common::op()].keyed_handles();
+    let r = restore(Kind::RocksDb, range, &handles, &store).unwrap();
+    assert_eq!(dump(r.backend.as_ref()), dump(t.backend.as_ref()));
+}

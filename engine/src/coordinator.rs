@@ -1,25 +1,22 @@
 //! The checkpoint coordinator of an embedded job: triggers barriers at the sources,
 //! collects acks, writes the metadata last (then the checkpoint is complete), notifies every
-//! task, applies retention — and restores a job from a completed checkpoint.
+//! task, applies retention. What a run restores from is `crate::restore`'s.
 //!
 //! The protocol's state lives in `caudal_checkpoints::PendingCheckpoint` (pure logic); this
 //! file is the I/O edge: channels to tasks and the checkpoint store.
 
-use crate::config::{CheckpointConfig, RestoreFrom};
-use crate::graph::JobPlan;
+use crate::config::CheckpointConfig;
 use crate::job::{now_ms, CheckpointStats, JobView, TaskCheckpointStats};
-use crate::runtime::executor::{RestoredState, RunningTask};
+use crate::runtime::executor::RunningTask;
 use crate::runtime::task::{CheckpointAck, TaskCommand};
 use crate::types::{CheckpointBarrier, CheckpointId};
 use crate::{Error, Result};
 use caudal_checkpoints::metadata::checkpoint_dirs;
 use caudal_checkpoints::{
-    apply_retention, complete_checkpoint, latest_completed, latest_completed_with_fallback, AckOutcome,
-    CheckpointKind, CheckpointMetadata, CheckpointPaths, CheckpointStore, OperatorId, PendingCheckpoint,
-    RetentionConfig, SubtaskIndex,
+    apply_retention, complete_checkpoint, AckOutcome, CheckpointKind, CheckpointPaths, CheckpointStore,
+    Lineage, OperatorId, PendingCheckpoint, RetentionConfig, SubtaskIndex,
 };
 use crossbeam_channel::Receiver;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,146 +34,6 @@ pub(crate) fn open_store(
         .build()
         .map_err(|e| Error::config("checkpoints.storage", format!("{}: {e}", config.storage.url)))?;
     Ok((Arc::new(store), CheckpointPaths::under(job)))
-}
-
-/// A failed read of the checkpoint to restore, with its class kept: a storage outage is
-/// retried by the job manager, a corrupt or foreign checkpoint is not.
-fn restore_err(e: caudal_checkpoints::Error) -> Error {
-    Error::CheckpointStorage { context: "restore".into(), source: Box::new(e) }
-}
-
-/// Reads the checkpoint to restore from, by the rules of `config.restore`.
-fn load_restore(
-    config: &CheckpointConfig,
-    store: &dyn CheckpointStore,
-    paths: &CheckpointPaths,
-    job: &str,
-) -> Result<Option<CheckpointMetadata>> {
-    let Some(from) = &config.restore else { return Ok(None) };
-    let meta = match from {
-        RestoreFrom::Latest if config.fallback => match latest_completed_with_fallback(store, paths, job) {
-            Ok(Some(r)) => {
-                for s in &r.skipped {
-                    eprintln!("caudal: skipping corrupt checkpoint {}: {}", s.checkpoint_id.label(), s.error);
-                }
-                Some(r.metadata)
-            }
-            Ok(None) => None,
-            Err(e) => return Err(restore_err(e)),
-        },
-        RestoreFrom::Latest => latest_completed(store, paths, job).map_err(restore_err)?,
-        RestoreFrom::Path(p) => {
-            let dir = if p.starts_with(paths.root()) {
-                p.clone()
-            } else {
-                format!("{}/{}", paths.root().trim_end_matches('/'), p)
-            };
-            Some(caudal_checkpoints::metadata::read_metadata_in(store, &dir, job).map_err(restore_err)?)
-        }
-    };
-    match meta {
-        Some(m) => Ok(Some(m)),
-        None => Err(Error::config(
-            "restore",
-            format!(
-                "no completed checkpoint of job `{job}` in {}/{}: nothing to restore (start without --restore to begin from scratch)",
-                store.location(),
-                paths.root()
-            ),
-        )),
-    }
-}
-
-/// Opens the job's checkpoint storage and reads what to restore (announced on stderr, with
-/// the during-restore crash point): the first step of every process that runs subtasks.
-///
-/// A checkpoint that does not fit `plan` fails here, before any record is processed: one
-/// taken with another `max_parallelism` (its key groups cannot be remapped), or one holding
-/// state of operators the job no longer has, unless `allow_non_restored_state`.
-pub(crate) fn open_and_load_restore(
-    config: &CheckpointConfig,
-    plan: &JobPlan,
-) -> Result<(Arc<dyn CheckpointStore>, CheckpointPaths, RestoredState)> {
-    let job = plan.job.as_str();
-    let (store, paths) = open_store(config, job)?;
-    let meta = load_restore(config, store.as_ref(), &paths, job)?;
-    if let Some(m) = &meta {
-        check_fits(m, plan, config.allow_non_restored_state)?;
-    }
-    let restored = meta.as_ref().map(restored_state).unwrap_or_default();
-    if let Some(m) = &meta {
-        eprintln!("caudal: restoring job `{job}` from checkpoint {}", m.checkpoint_id.label());
-        crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
-    }
-    Ok((store, paths, restored))
-}
-
-/// The restore rules of a checkpoint against the job that restores it.
-fn check_fits(meta: &CheckpointMetadata, plan: &JobPlan, allow_non_restored_state: bool) -> Result<()> {
-    let label = meta.checkpoint_id.label();
-    if u32::from(meta.max_parallelism) != plan.max_parallelism {
-        return Err(Error::config(
-            "max_parallelism",
-            format!(
-                "checkpoint {label} was taken with max_parallelism {}, this job has {}: keyed state is \
-                 split into that many key groups and cannot be regrouped; restore with max_parallelism {}",
-                meta.max_parallelism, plan.max_parallelism, meta.max_parallelism
-            ),
-        ));
-    }
-    let unmapped: Vec<&str> = meta
-        .operators
-        .iter()
-        .filter(|(_, op)| {
-            op.subtasks.values().any(|s| s.operator_state.as_ref().is_some_and(|b| !b.0.is_empty()))
-                || !op.keyed_handles().is_empty()
-        })
-        .map(|(id, _)| id.as_str())
-        .filter(|uid| !plan.operators.iter().any(|o| o.uid == *uid))
-        .collect();
-    if unmapped.is_empty() {
-        return Ok(());
-    }
-    if allow_non_restored_state {
-        for uid in &unmapped {
-            eprintln!(
-                "caudal: WARNING: dropping the state of operator `{uid}` of checkpoint {label}: this job has no operator with that uid (allow_non_restored_state)"
-            );
-        }
-        return Ok(());
-    }
-    let have: Vec<&str> = plan.operators.iter().map(|o| o.uid.as_str()).collect();
-    Err(Error::config(
-        "restore",
-        format!(
-            "checkpoint {label} holds state of operators this job does not have: {}; the job's operator uids are {}. \
-             Give the operators the uids they had (.uid(..)), or restore with --allow-non-restored-state \
-             (CAUDAL__ALLOW_NON_RESTORED_STATE=1) to drop that state; a sink's pending output is then lost",
-            unmapped.join(", "),
-            have.join(", ")
-        ),
-    ))
-}
-
-/// The operator snapshots of a checkpoint, by operator uid (all old subtasks, in order).
-fn restored_state(meta: &CheckpointMetadata) -> RestoredState {
-    let mut operators = HashMap::new();
-    let mut keyed = HashMap::new();
-    for (id, op) in &meta.operators {
-        let blobs: Vec<Vec<u8>> =
-            op.subtasks.values().filter_map(|s| s.operator_state.as_ref().map(|b| b.0.clone())).collect();
-        operators.insert(id.as_str().to_string(), blobs);
-        let handles = op.keyed_handles();
-        if !handles.is_empty() {
-            keyed.insert(id.as_str().to_string(), handles);
-        }
-    }
-    RestoredState {
-        checkpoint: Some(meta.checkpoint_id),
-        operators,
-        keyed,
-        from_savepoint: meta.kind == CheckpointKind::Savepoint,
-    }
 }
 
 struct InFlight {
@@ -210,6 +67,8 @@ pub(crate) struct Coordinator {
     acks: Receiver<CheckpointAck>,
     /// The last completed checkpoint.
     pub(crate) last_completed: Option<CheckpointId>,
+    /// This run and its restore points, recorded in every checkpoint it completes.
+    lineage: Lineage,
     /// The checkpoint requested by a stop, and whether it completed.
     final_checkpoint: Option<CheckpointId>,
     /// The checkpoint in flight for a requested savepoint, and the savepoint's name.
@@ -252,6 +111,7 @@ impl Coordinator {
         config: CheckpointConfig,
         acks: Receiver<CheckpointAck>,
         restored: Option<CheckpointId>,
+        lineage: Lineage,
         view: Arc<JobView>,
     ) -> Result<Self> {
         let plan = &view.plan;
@@ -300,6 +160,7 @@ impl Coordinator {
             last_end: Instant::now(),
             acks,
             last_completed: restored,
+            lineage,
             final_checkpoint: None,
             savepoint: None,
             copies: Vec::new(),
@@ -314,14 +175,16 @@ impl Coordinator {
         let id = self.next_id;
         self.next_id = id.next();
         let trigger_ms = now_ms();
-        let barrier = CheckpointBarrier { id, triggered_at: trigger_ms };
+        let barrier =
+            CheckpointBarrier { id, triggered_at: trigger_ms, latest_completed: self.last_completed };
         let pending = PendingCheckpoint::new(
             id,
             CheckpointKind::Checkpoint,
             trigger_ms as u64,
             self.config.timeout.as_millis() as u64,
             self.operators.clone(),
-        );
+        )
+        .with_lineage(self.lineage.clone());
         for t in tasks.iter().filter(|t| t.is_source) {
             let _ = t.commands.send(TaskCommand::TriggerCheckpoint(barrier));
         }

@@ -35,6 +35,7 @@ pub mod job;
 pub mod keygroup;
 pub mod metrics;
 pub mod operator;
+mod restore;
 mod runtime;
 pub mod savepoint;
 pub mod source;
@@ -52,7 +53,7 @@ pub use graph::{uid_safe, EdgeKind, JobPlan, PlanEdge, PlanNode};
 pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };
-pub use operator::{new_attempt_id, Operator, OperatorContext, Sink};
+pub use operator::{new_attempt_id, LaterSnapshot, Operator, OperatorContext, Sink};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
 };

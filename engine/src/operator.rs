@@ -46,10 +46,28 @@ pub struct OperatorContext {
     /// The snapshots of every subtask of this operator in the restored checkpoint; the
     /// engine hands them to [`Operator::restore`] / [`Sink::restore`] before `on_start`.
     pub restored: Option<Vec<Vec<u8>>>,
+    /// This operator's snapshots in the completed checkpoints that later runs took on from
+    /// the restored one (a savepoint restored a second time, an older checkpoint restored
+    /// after the job went on), newest first: a sink that cannot commit a restored
+    /// transaction again finds there whether such a run committed it.
+    pub later_snapshots: Vec<LaterSnapshot>,
     /// The keyed state of a keyed operator (its input is partitioned by `key_by`).
     pub(crate) keyed: Option<KeyedState>,
     /// The state browser's queries for this subtask (keyed operators of embedded jobs).
     pub(crate) state_queries: Option<crossbeam_channel::Receiver<crate::state_query::StateQuery>>,
+}
+
+/// An operator's snapshot in a checkpoint taken after the restored one on its line (by the
+/// same run later, or by a run restored from it): what that run had done by then — a sink's
+/// pending list there no longer names what it committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaterSnapshot {
+    /// The later checkpoint.
+    pub checkpoint: caudal_checkpoints::CheckpointId,
+    /// The run that took it.
+    pub run: String,
+    /// The operator's snapshot of every subtask there.
+    pub subtasks: Vec<Vec<u8>>,
 }
 
 /// A new id for a run of a job: short lower-case hex, unique per call (time, process id
@@ -84,6 +102,7 @@ impl OperatorContext {
             restored_checkpoint: None,
             attempt: new_attempt_id(),
             restored: None,
+            later_snapshots: Vec::new(),
             keyed: None,
             state_queries: None,
         }

@@ -6,7 +6,7 @@
 //!
 //! [`OperatorContext::keyed_state`]: crate::OperatorContext::keyed_state
 
-use crate::types::CheckpointId;
+use crate::types::{CheckpointBarrier, CheckpointId};
 use crate::{Error, Result};
 use caudal_checkpoints::{
     BackendKind, CheckpointPaths, CheckpointStore, HeapStateBackend, KeyGroupRange, KeyedStateBackend,
@@ -150,16 +150,18 @@ impl KeyedState {
         Ok(restoring)
     }
 
-    /// The synchronous part of the snapshot for checkpoint `id`, if the backend is open.
-    pub(crate) fn snapshot(&self, id: CheckpointId) -> Result<Option<TakenKeyedSnapshot>> {
+    /// The synchronous part of the snapshot for the checkpoint of `barrier`, if the backend
+    /// is open.
+    pub(crate) fn snapshot(&self, barrier: &CheckpointBarrier) -> Result<Option<TakenKeyedSnapshot>> {
         let Some((paths, operator, subtask)) = &self.location else { return Ok(None) };
         let mut slot = self.slot.lock();
         let Slot::Open { backend, .. } = &mut *slot else { return Ok(None) };
         let location = StateLocation {
             paths: paths.clone(),
-            checkpoint: id,
+            checkpoint: barrier.id,
             operator: operator.clone(),
             subtask: *subtask,
+            latest_completed: barrier.latest_completed,
         };
         let start = Instant::now();
         let snapshot = backend.snapshot(&location)?;

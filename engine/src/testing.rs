@@ -93,6 +93,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             restored_checkpoint: None,
             attempt: crate::operator::new_attempt_id(),
             restored: None,
+            later_snapshots: Vec::new(),
             keyed: Some(crate::state::KeyedState::heap(caudal_checkpoints::KeyGroupRange::all(
                 crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
             ))),
@@ -146,6 +147,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             checkpoint: id,
             operator: caudal_checkpoints::OperatorId::new(self.ctx.operator_uid.clone())?,
             subtask: caudal_checkpoints::SubtaskIndex(self.ctx.subtask),
+            latest_completed: None,
         };
         let keyed = self.ctx.keyed_state()?.snapshot(&location)?.upload(store.as_ref())?.handle;
         Ok(HarnessSnapshot { operator_state, keyed, store })

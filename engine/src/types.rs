@@ -48,6 +48,9 @@ pub struct CheckpointBarrier {
     pub id: CheckpointId,
     /// Wall-clock time of the trigger, milliseconds since the epoch.
     pub triggered_at: i64,
+    /// The latest checkpoint completed when this one was triggered: the only one whose
+    /// files an incremental snapshot may reuse (see `StateLocation::latest_completed`).
+    pub latest_completed: Option<CheckpointId>,
 }
 
 /// A latency marker (as in Flink): a source subtask emits one every

@@ -338,6 +338,52 @@ fn restored_twice_from_the_same_checkpoint() {
     assert_equals_clean(&stack, &run, "restored twice");
 }
 
+/// Issue #17, item 6: a savepoint restored a second time, after a run restored from it
+/// went on (it committed the savepoint's pending transactions, then initialised their
+/// transactional ids again): the coordinator refuses to commit them once more, and the
+/// restore finds in that run's checkpoints that it committed them, instead of failing with
+/// "records are LOST". Nothing of the clean run's output is missing after either restore;
+/// the second writes the savepoint's suffix again (what restoring one savepoint twice into
+/// one topic means), nothing else.
+#[test]
+fn a_savepoint_restored_again_after_a_later_run_went_on_finds_its_transactions_committed() {
+    let Some(stack) = stack() else { return };
+    let clean = clean(&stack);
+    let mut run = new_run(&stack, "savepoint-twice");
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert_eq!(status.signal(), Some(9), "not killed after checkpoint 3: {err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["savepoint", "--name", "at-3", "--checkpoint-dir"])
+        .arg(run.ckpt.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "savepoint: {}", String::from_utf8_lossy(&out.stderr));
+    let savepoint = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let first = finish(&stack, &run);
+    assert!(first.contains("committed `"), "the first restore committed nothing: {first}");
+    assert_equals(clean, &stack, &run, "restored from checkpoint 3");
+
+    run.extra = vec!["--restore", Box::leak(savepoint.into_boxed_str())];
+    let (status, second) = wait(spawn(&stack, &run, false, None));
+    assert!(status.success(), "the second restore from the savepoint failed: {second}");
+    assert!(
+        second.contains("was committed by a later run that went on from this checkpoint"),
+        "the second restore met no refused commit (the test did not test anything): {second}"
+    );
+    let got = published(&stack, &run);
+    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+        let mut count = std::collections::BTreeMap::<&(Vec<u8>, Vec<u8>), usize>::new();
+        for r in got {
+            *count.entry(r).or_default() += 1;
+        }
+        let missing = want.iter().filter(|r| !count.contains_key(r)).count();
+        let foreign = count.keys().filter(|r| want.binary_search(r).is_err()).count();
+        let thrice = count.values().filter(|n| **n > 2).count();
+        assert_eq!((missing, foreign, thrice), (0, 0, 0), "{name}: missing, foreign, written 3+ times");
+        assert!(got.len() > want.len(), "{name}: the savepoint's suffix was not written again");
+    }
+}
+
 /// Kills the job at random moments (at most `max_kills` times, each after `min_ms` plus
 /// up to `spread_ms`), restoring each time; returns the number of kills.
 fn kill_at_random(stack: &Stack, run: &Run, max_kills: usize, min_ms: u64, spread_ms: u64) -> usize {

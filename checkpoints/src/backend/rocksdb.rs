@@ -154,8 +154,36 @@ fn concat_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) 
 struct SharedRegistry {
     /// The SSTs referenced by the last completed checkpoint: safe to reference again.
     confirmed: HashMap<String, StoredFile>,
+    /// The checkpoint `confirmed` belongs to (`None` when it is empty or of unknown origin).
+    confirmed_at: Option<CheckpointId>,
     /// The SSTs of uploaded snapshots waiting for their checkpoint to complete.
     pending: BTreeMap<CheckpointId, HashMap<String, StoredFile>>,
+}
+
+impl SharedRegistry {
+    /// Checkpoint `id` completed: its files become the ones to reuse.
+    fn complete(&mut self, id: CheckpointId) {
+        if let Some(files) = self.pending.remove(&id) {
+            self.confirmed = files;
+            self.confirmed_at = Some(id);
+        }
+        self.pending.retain(|p, _| *p > id);
+    }
+
+    /// The files a snapshot whose barrier names `latest_completed` may reuse: those of that
+    /// checkpoint, which retention keeps while the snapshot is in flight. A barrier is
+    /// news of a completion when its notification has not arrived yet; files of any other
+    /// checkpoint may be gone, so then nothing is reused.
+    fn reusable(&mut self, latest_completed: Option<CheckpointId>) -> HashMap<String, StoredFile> {
+        if let Some(latest) = latest_completed {
+            self.complete(latest);
+            if self.confirmed_at != Some(latest) {
+                self.confirmed.clear();
+                self.confirmed_at = None;
+            }
+        }
+        self.confirmed.clone()
+    }
 }
 
 /// Keyed state in a local RocksDB.
@@ -333,8 +361,11 @@ impl RocksDbStateBackend {
                 )
                 .map_err(Error::rocks("deleting key groups above the range"))?;
         }
-        backend.registry.lock().confirmed =
-            handle.shared.iter().map(|f| (f.local_name.clone(), f.clone())).collect();
+        {
+            let mut reg = backend.registry.lock();
+            reg.confirmed = handle.shared.iter().map(|f| (f.local_name.clone(), f.clone())).collect();
+            reg.confirmed_at = Some(handle.checkpoint_id);
+        }
         Ok(backend)
     }
 
@@ -641,7 +672,7 @@ impl KeyedStateBackend for RocksDbStateBackend {
             files.push((name, size));
         }
         files.sort();
-        let confirmed = self.registry.lock().confirmed.clone();
+        let confirmed = self.registry.lock().reusable(location.latest_completed);
         Ok(Box::new(RocksDbSnapshot {
             local: LocalSnapshotDir(local),
             files,
@@ -655,15 +686,13 @@ impl KeyedStateBackend for RocksDbStateBackend {
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) {
-        let mut reg = self.registry.lock();
-        if let Some(files) = reg.pending.remove(&checkpoint) {
-            reg.confirmed = files;
-        }
-        reg.pending.retain(|id, _| *id > checkpoint);
+        self.registry.lock().complete(checkpoint);
     }
 
     fn upload_all_files_next(&mut self) {
-        self.registry.lock().confirmed.clear();
+        let mut reg = self.registry.lock();
+        reg.confirmed.clear();
+        reg.confirmed_at = None;
     }
 
     fn kind(&self) -> &'static str {

@@ -149,6 +149,13 @@ pub struct StateLocation {
     pub operator: OperatorId,
     /// Its subtask.
     pub subtask: SubtaskIndex,
+    /// The latest checkpoint the coordinator had completed when it triggered this one
+    /// (`None` before the first). Retention keeps its files until a later checkpoint
+    /// completes, which cannot happen while this one is in flight, so an incremental
+    /// snapshot reuses files of this checkpoint only: a backend that learned of no
+    /// completion since (late notifications) would otherwise reuse files of an older
+    /// checkpoint that retention has already deleted.
+    pub latest_completed: Option<CheckpointId>,
 }
 
 impl StateLocation {

@@ -80,6 +80,7 @@ pub fn location(paths: &CheckpointPaths, id: u64, subtask: u32) -> StateLocation
         checkpoint: CheckpointId(id),
         operator: op(),
         subtask: SubtaskIndex(subtask),
+        latest_completed: None,
     }
 }
 
@@ -109,6 +110,23 @@ pub fn checkpoint_backends(
     id: u64,
     backends: &mut [&mut (dyn KeyedStateBackend + 'static)],
 ) -> (CheckpointMetadata, Vec<UploadStats>) {
+    let taken = take_checkpoint(store, paths, job, id, None, backends);
+    for b in backends.iter_mut() {
+        b.notify_checkpoint_complete(CheckpointId(id));
+    }
+    taken
+}
+
+/// Takes and completes checkpoint `id`, its barrier naming `latest_completed`, without
+/// notifying the backends (their notification is late).
+pub fn take_checkpoint(
+    store: &dyn CheckpointStore,
+    paths: &CheckpointPaths,
+    job: &str,
+    id: u64,
+    latest_completed: Option<u64>,
+    backends: &mut [&mut (dyn KeyedStateBackend + 'static)],
+) -> (CheckpointMetadata, Vec<UploadStats>) {
     let mut pending = PendingCheckpoint::new(
         CheckpointId(id),
         CheckpointKind::Checkpoint,
@@ -118,7 +136,11 @@ pub fn checkpoint_backends(
     );
     let mut stats = Vec::new();
     for (i, b) in backends.iter_mut().enumerate() {
-        let snap = b.snapshot(&location(paths, id, i as u32)).unwrap();
+        let at = StateLocation {
+            latest_completed: latest_completed.map(CheckpointId),
+            ..location(paths, id, i as u32)
+        };
+        let snap = b.snapshot(&at).unwrap();
         let result = snap.upload(store).unwrap();
         stats.push(result.stats);
         pending
@@ -134,9 +156,6 @@ pub fn checkpoint_backends(
             .unwrap();
     }
     let meta = complete_checkpoint(store, paths, &mut pending, job, 128).unwrap();
-    for b in backends.iter_mut() {
-        b.notify_checkpoint_complete(CheckpointId(id));
-    }
     (meta, stats)
 }
 

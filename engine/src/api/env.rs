@@ -2,10 +2,11 @@
 
 use super::stream::{DataStream, Graph};
 use crate::config::JobConfig;
-use crate::coordinator::{open_and_load_restore, Coordinator, Tick};
+use crate::coordinator::{Coordinator, Tick};
 use crate::graph::{JobPlan, NodeKind, SourceSetup};
 use crate::job::{JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
+use crate::restore::open_and_load_restore;
 use crate::runtime::chain::Fanout;
 use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, JobStateEnv, RestoredState};
 use crate::runtime::state_dir::LocalStateDir;
@@ -267,6 +268,10 @@ impl StreamEnv {
                 self.config.checkpoints.clone(),
                 ack_rx,
                 restored.checkpoint,
+                caudal_checkpoints::Lineage {
+                    run: state.attempt.clone(),
+                    restored_from: restored.restore_points.clone(),
+                },
                 view.clone(),
             )?),
             None => None,

@@ -16,7 +16,7 @@ use super::shuffle::{self, RemoteChannels};
 use super::state_forward::ExecutorStateServer;
 use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
-use crate::coordinator::open_and_load_restore;
+use crate::restore::open_and_load_restore;
 use crate::runtime::executor::{build_tasks_placed, compile, spawn, JobStateEnv, RestoredState};
 use crate::runtime::state_dir::LocalStateDir;
 use crate::runtime::task::CheckpointAck;

@@ -213,7 +213,7 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
         let operator_state = call(&mut self.ctx, |ctx| op.snapshot(barrier.id, ctx))?;
         // The synchronous part of the keyed-state snapshot; the upload runs off this thread.
         let mut keyed = match &self.ctx.keyed {
-            Some(k) => k.snapshot(barrier.id).map_err(|e| in_operator(e, &self.ctx))?,
+            Some(k) => k.snapshot(&barrier).map_err(|e| in_operator(e, &self.ctx))?,
             None => None,
         };
         if let Some(k) = keyed.as_mut() {

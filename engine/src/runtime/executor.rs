@@ -148,6 +148,11 @@ pub(crate) struct RestoredState {
     pub(crate) keyed: HashMap<String, Vec<caudal_checkpoints::StateHandle>>,
     /// Restoring from a savepoint (its files are not reused by new checkpoints).
     pub(crate) from_savepoint: bool,
+    /// The restore points of the checkpoints this run takes (its lineage).
+    pub(crate) restore_points: Vec<caudal_checkpoints::CheckpointRef>,
+    /// Per operator uid, its snapshots in checkpoints later runs took on from the restored
+    /// one ([`crate::OperatorContext::later_snapshots`]).
+    pub(crate) later: HashMap<String, Vec<crate::LaterSnapshot>>,
 }
 
 /// What the executor needs to give keyed operators their state backends, and every
@@ -384,6 +389,12 @@ impl ChainBuilder<'_> {
             restored_checkpoint: self.restored.checkpoint,
             attempt: self.state.attempt.clone(),
             restored: self.restored.operators.get(&self.compiled.plan.operators[n].uid).cloned(),
+            later_snapshots: self
+                .restored
+                .later
+                .get(&self.compiled.plan.operators[n].uid)
+                .cloned()
+                .unwrap_or_default(),
             keyed,
             state_queries,
         };

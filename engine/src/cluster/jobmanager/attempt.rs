@@ -16,11 +16,14 @@ use crate::cluster::protocol::{
     Deployment, FromExecutor, Link, Peer, Sender as LinkSender, ToExecutor, ToTaskManager, HEARTBEAT_INTERVAL,
 };
 use crate::cluster::state_forward::RemoteState;
+use crate::config::{CheckpointConfig, RestoreFrom};
 use crate::coordinator::{open_store, Coordinator, Tick};
 use crate::job::JobStatus;
+use crate::restore::restore_points;
 use crate::runtime::executor::RunningTask;
 use crate::runtime::task::{CheckpointAck, TaskCommand};
 use crate::types::CheckpointId;
+use caudal_checkpoints::Lineage;
 use crossbeam_channel::{unbounded, Receiver, Sender, TryRecvError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -102,6 +105,7 @@ pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) 
         route: tx,
         events,
         execs: Vec::new(),
+        restore: None,
         restored: None,
         last_completed: None,
     };
@@ -122,6 +126,8 @@ struct Attempt<'a> {
     route: Sender<(String, ExecutorEvent)>,
     events: Receiver<(String, ExecutorEvent)>,
     execs: Vec<Exec>,
+    /// The checkpoint directory restored from, as the executors are told.
+    restore: Option<String>,
     restored: Option<CheckpointId>,
     last_completed: Option<CheckpointId>,
 }
@@ -264,6 +270,7 @@ impl Attempt<'_> {
                 ));
             }
         }
+        self.restore.clone_from(&restore);
         self.restored = restore
             .as_deref()
             .and_then(|r| r.rsplit('/').next())
@@ -300,7 +307,21 @@ impl Attempt<'_> {
         // (at least its final checkpoint), or its sinks would wait for completions forever.
         let mut coordinator = if checkpoints.interval.is_some() || self.restored.is_some() {
             let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
-                Coordinator::new(store, paths, checkpoints.clone(), ack_rx, self.restored, job.view.clone())
+                let restore = CheckpointConfig {
+                    restore: self.restore.clone().map(RestoreFrom::Path),
+                    ..checkpoints.clone()
+                };
+                let restored_from = restore_points(&restore, store.as_ref(), &paths, &name)?;
+                let lineage = Lineage { run: self.attempt_id.clone(), restored_from };
+                Coordinator::new(
+                    store,
+                    paths,
+                    checkpoints.clone(),
+                    ack_rx,
+                    self.restored,
+                    lineage,
+                    job.view.clone(),
+                )
             });
             match built {
                 Ok(c) => Some(c),

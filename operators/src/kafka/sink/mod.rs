@@ -24,7 +24,7 @@ pub use transactions::{RecordedTxn, SinkSnapshot};
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
 use caudal::{Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
 use producer::SinkProducer;
-use recovery::Recovery;
+use recovery::{LaterCheckpoint, Recovery};
 use transactions::Transactions;
 
 enum Mode {
@@ -74,11 +74,9 @@ impl<T: Data> KafkaSink<T> {
     }
 }
 
-impl<T: Data> Sink for KafkaSink<T> {
-    type In = T;
-
-    fn restore(&mut self, snapshots: Vec<Vec<u8>>, _ctx: &mut OperatorContext) -> Result<()> {
-        self.restored = snapshots
+impl<T: Data> KafkaSink<T> {
+    fn decode(&self, blobs: &[Vec<u8>]) -> Result<Vec<SinkSnapshot>> {
+        blobs
             .iter()
             .map(|blob| {
                 serde_json::from_slice(blob).map_err(|e| {
@@ -88,7 +86,23 @@ impl<T: Data> Sink for KafkaSink<T> {
                     ))
                 })
             })
-            .collect::<Result<_>>()?;
+            .collect()
+    }
+
+    /// The sink's snapshots in checkpoints later runs took on from the restored one.
+    fn later_snapshots(&self, ctx: &OperatorContext) -> Result<Vec<LaterCheckpoint>> {
+        ctx.later_snapshots
+            .iter()
+            .map(|l| Ok(LaterCheckpoint { checkpoint: l.checkpoint.0, snapshots: self.decode(&l.subtasks)? }))
+            .collect()
+    }
+}
+
+impl<T: Data> Sink for KafkaSink<T> {
+    type In = T;
+
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, _ctx: &mut OperatorContext) -> Result<()> {
+        self.restored = self.decode(&snapshots)?;
         Ok(())
     }
 
@@ -123,12 +137,14 @@ impl<T: Data> Sink for KafkaSink<T> {
                     TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout);
                 let prefix = self.prefix(ctx);
                 let restored = ctx.restored_checkpoint.map(|c| c.0);
+                let later = self.later_snapshots(ctx)?;
                 let reserved = Recovery {
                     coordinator: &coordinator,
                     prefix: &prefix,
                     subtask: ctx.subtask,
                     parallelism: ctx.parallelism,
                     topic: &self.config.topic,
+                    later: &later,
                 }
                 .run(&self.restored, restored)?;
                 self.restored.clear();

@@ -3,9 +3,13 @@
 //!
 //! librdkafka cannot resume a transaction begun by another process, so both go straight to
 //! the transaction coordinator (`EndTxn` with the recorded producer id and epoch). Committing
-//! an already committed transaction again is harmless; a transaction that can no longer be
-//! committed (fenced, aborted, timed out) means its records are lost, and the job fails
-//! saying so rather than continue with a hole in its output.
+//! an already committed transaction again is harmless. A transaction that can no longer be
+//! committed (fenced, aborted, timed out) was either committed by a later run that went on
+//! from the same checkpoint (a savepoint restored twice, an older checkpoint restored after
+//! the job went on: that run re-initialised the ids) — then a checkpoint that run completed
+//! no longer lists it, and the sink goes on — or its records are lost, and the job fails
+//! saying so rather than continue with a hole in its output. Flink's sink ignores the
+//! refusal in both cases alike (FLINK-8086), which hides the second.
 
 use super::transactions::{RecordedTxn, SinkSnapshot};
 use crate::kafka::txn_coordinator::{TxnCoordinatorClient, TxnCoordinatorError};
@@ -30,6 +34,26 @@ pub(crate) struct Recovery<'a> {
     pub(crate) subtask: u32,
     pub(crate) parallelism: u32,
     pub(crate) topic: &'a str,
+    /// The sink's snapshots in the checkpoints later runs completed on from the restored one.
+    pub(crate) later: &'a [LaterCheckpoint],
+}
+
+/// The sink's snapshots (every subtask's) in a checkpoint completed after the restored one
+/// on its line ([`caudal::OperatorContext::later_snapshots`]).
+#[derive(Debug)]
+pub(crate) struct LaterCheckpoint {
+    pub(crate) checkpoint: u64,
+    pub(crate) snapshots: Vec<SinkSnapshot>,
+}
+
+/// The later checkpoint that proves `txn` committed: a sink subtask lists a pre-committed
+/// transaction until it has committed it, so a checkpoint taken after the restored one on
+/// its line that lists it nowhere was taken after its commit.
+fn committed_in(later: &[LaterCheckpoint], txn: &RecordedTxn) -> Option<u64> {
+    later
+        .iter()
+        .find(|l| !l.snapshots.is_empty() && !l.snapshots.iter().any(|s| s.pending.contains(txn)))
+        .map(|l| l.checkpoint)
 }
 
 impl Recovery<'_> {
@@ -101,6 +125,15 @@ impl Recovery<'_> {
                 Err(Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))
             }
             Err(e) => {
+                if let Some(later) = committed_in(self.later, txn) {
+                    eprintln!(
+                        "caudal: kafka sink into `{}`: `{}` of checkpoint {} was committed by a later run that \
+                         went on from this checkpoint (its checkpoint {later} no longer lists it; the coordinator \
+                         refused it again: {e})",
+                        self.topic, txn.transactional_id, txn.checkpoint
+                    );
+                    return Ok(());
+                }
                 let now = self
                     .coordinator
                     .describe(&txn.transactional_id)
@@ -144,4 +177,36 @@ impl Recovery<'_> {
 /// `<prefix>-<subtask>-<index>`.
 pub(crate) fn transactional_id(prefix: &str, subtask: u32, index: u32) -> String {
     format!("{prefix}-{subtask}-{index}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(checkpoint: u64, epoch: i16) -> RecordedTxn {
+        RecordedTxn { checkpoint, transactional_id: "t-0-0".into(), producer_id: 7, producer_epoch: epoch }
+    }
+
+    fn later(checkpoint: u64, pending: Vec<Vec<RecordedTxn>>) -> LaterCheckpoint {
+        let snapshots = pending
+            .into_iter()
+            .enumerate()
+            .map(|(i, pending)| SinkSnapshot { subtask: i as u32, pending })
+            .collect();
+        LaterCheckpoint { checkpoint, snapshots }
+    }
+
+    #[test]
+    fn only_a_later_checkpoint_that_lists_the_transaction_nowhere_proves_its_commit() {
+        let t = txn(3, 1);
+        // Checkpoint 4 was taken before the commit (still pending at subtask 1).
+        let before = later(4, vec![vec![], vec![t.clone()]]);
+        assert_eq!(committed_in(std::slice::from_ref(&before), &t), None);
+        // No later checkpoint, or one without this sink: no evidence.
+        assert_eq!(committed_in(&[], &t), None);
+        assert_eq!(committed_in(&[later(5, vec![])], &t), None);
+        // Checkpoint 6 lists it nowhere (another transaction of the same id is a different one).
+        let after = later(6, vec![vec![txn(6, 2)], vec![]]);
+        assert_eq!(committed_in(&[before, after], &t), Some(6));
+    }
 }
