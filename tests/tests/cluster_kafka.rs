@@ -12,7 +12,6 @@
 #[path = "../../jobs/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
-#[path = "../../engine/tests/cluster_support/mod.rs"]
 mod cluster_support;
 
 use cluster_support::{status, stderr, temperature, Cluster};

@@ -12,8 +12,7 @@
 #[path = "../../jobs/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
-// A job manager and task managers as processes (engine/tests/cluster_support).
-#[path = "../../engine/tests/cluster_support/mod.rs"]
+// A job manager and task managers as processes (tests/tests/cluster_support).
 mod cluster_support;
 
 use caudal::{JobConfig, StopHandle, StreamEnv};

@@ -477,33 +477,23 @@ impl Attempt<'_> {
                     job.state.lock().last_checkpoint = c.last_completed.map(|i| i.0);
                 }
             }
-            // Commands first, then Stop: the final checkpoint's CheckpointComplete must reach
-            // the executors before they close their sinks.
-            for e in &mut self.execs {
-                let Some(commands) = &e.commands else { continue };
-                while let Ok(cmd) = commands.try_recv() {
-                    let msgs = match cmd {
-                        TaskCommand::TriggerCheckpoint(b) => vec![ToExecutor::TriggerCheckpoint(b)],
-                        TaskCommand::CheckpointComplete(id) => vec![ToExecutor::CheckpointComplete(id)],
-                        TaskCommand::ServeStateQueries => e.state.forward(),
-                    };
-                    if e.finished {
-                        continue;
-                    }
-                    for msg in &msgs {
-                        if let Err(o) = e.send(msg) {
-                            return o;
-                        }
-                    }
-                }
-            }
-            if stop_now && !stop_sent {
-                stop_sent = true;
+            let stop = stop_now && !stop_sent;
+            stop_sent |= stop;
+            if stop {
                 job.set_detail("final checkpoint taken, stopping");
-                for e in &self.execs {
-                    if let Err(o) = e.send(&ToExecutor::Stop) {
-                        return o;
-                    }
+            }
+            let commands: Vec<(Vec<TaskCommand>, bool)> = self
+                .execs
+                .iter()
+                .map(|e| {
+                    (e.commands.as_ref().map(|c| c.try_iter().collect()).unwrap_or_default(), e.finished)
+                })
+                .collect();
+            let execs = &mut self.execs;
+            let msgs = to_executors(commands, stop, |i| execs[i].state.forward());
+            for (i, msg) in &msgs {
+                if let Err(o) = self.execs[*i].send(msg) {
+                    return o;
                 }
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -554,5 +544,63 @@ impl Attempt<'_> {
             self.cluster.tms.release(&e.id);
             self.cluster.tms.remove_route(&e.id);
         }
+    }
+}
+
+/// What the job manager sends its executors in one tick, in order, as (executor index,
+/// message): each executor's commands from the coordinator (none to one whose subtasks
+/// finished), then `Stop` to every executor when the job stops now. The final checkpoint's
+/// `CheckpointComplete` is among the commands of the tick that stops, and must reach every
+/// executor before any `Stop`: tasks commit it before they close their sinks (sent the
+/// other way round, the last epoch could stay pre-committed).
+fn to_executors(
+    commands: Vec<(Vec<TaskCommand>, bool)>,
+    stop: bool,
+    mut forward_state_queries: impl FnMut(usize) -> Vec<ToExecutor>,
+) -> Vec<(usize, ToExecutor)> {
+    let executors = commands.len();
+    let mut msgs = Vec::new();
+    for (i, (commands, finished)) in commands.into_iter().enumerate() {
+        for cmd in commands {
+            let converted = match cmd {
+                TaskCommand::TriggerCheckpoint(b) => vec![ToExecutor::TriggerCheckpoint(b)],
+                TaskCommand::CheckpointComplete(id) => vec![ToExecutor::CheckpointComplete(id)],
+                TaskCommand::ServeStateQueries => forward_state_queries(i),
+            };
+            if !finished {
+                msgs.extend(converted.into_iter().map(|m| (i, m)));
+            }
+        }
+    }
+    if stop {
+        msgs.extend((0..executors).map(|i| (i, ToExecutor::Stop)));
+    }
+    msgs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_checkpoints_completion_goes_out_before_any_stop() {
+        let done = || vec![TaskCommand::CheckpointComplete(CheckpointId(7))];
+        let msgs = to_executors(vec![(done(), false), (done(), false), (done(), true)], true, |_| Vec::new());
+        let order: Vec<String> = msgs.iter().map(|(i, m)| format!("{i}:{m:?}")).collect();
+        assert_eq!(
+            order,
+            [
+                "0:CheckpointComplete(CheckpointId(7))",
+                "1:CheckpointComplete(CheckpointId(7))",
+                "0:Stop",
+                "1:Stop",
+                "2:Stop"
+            ],
+            "a finished executor gets no commands, but the stop"
+        );
+        let msgs = to_executors(vec![(vec![TaskCommand::ServeStateQueries], false)], false, |_| {
+            vec![ToExecutor::Heartbeat]
+        });
+        assert!(matches!(msgs.as_slice(), [(0, ToExecutor::Heartbeat)]), "{msgs:?}");
     }
 }

@@ -1,7 +1,7 @@
 //! A cluster of real processes on loopback for tests: a job manager (`caudal jobmanager`)
 //! and task managers (`caudal taskmanager`) logging into a temp directory, the job binaries
 //! cargo builds next to `caudal`, and helpers to submit, watch and SIGKILL them. Shared by
-//! engine/tests/cluster.rs and the Kafka cluster tests of caudal-tests.
+//! the cluster tests of this crate (cluster.rs, cluster_kafka.rs, web_ui.rs).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
