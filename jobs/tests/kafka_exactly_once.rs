@@ -53,6 +53,8 @@ struct Run {
     max_rate: Option<&'static str>,
     /// More arguments (e.g. `--delivery at-least-once`).
     extra: Vec<&'static str>,
+    /// Environment of the job (`CAUDAL__*` settings).
+    env: Vec<(&'static str, &'static str)>,
     readings: String,
     windows: String,
     ckpt: tempfile::TempDir,
@@ -65,6 +67,7 @@ fn new_run(stack: &Stack, name: &str) -> Run {
         parallelism: "2",
         max_rate: None,
         extra: Vec::new(),
+        env: Vec::new(),
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
         ckpt: tempfile::tempdir().unwrap(),
@@ -99,6 +102,7 @@ fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Chi
         cmd.args(["--max-records-per-second", rate]);
     }
     cmd.args(&run.extra);
+    cmd.envs(run.env.iter().copied());
     if let Some(point) = crash_at {
         cmd.env("CAUDAL__TEST_CRASH_AT", point);
     }
@@ -382,6 +386,51 @@ fn a_savepoint_restored_again_after_a_later_run_went_on_finds_its_transactions_c
         assert_eq!((missing, foreign, thrice), (0, 0, 0), "{name}: missing, foreign, written 3+ times");
         assert!(got.len() > want.len(), "{name}: the savepoint's suffix was not written again");
     }
+}
+
+/// Issue #17, item 2 (the sink side), against the broker: checkpoints fail (storage gone,
+/// tolerated by `tolerable_failed_checkpoints`) while the Kafka sink's pre-committed
+/// transactions wait for one to complete. Before the oldest could outlive
+/// `transaction.timeout.ms` (and be aborted by the broker, its records lost) the sink fails
+/// the job at a barrier; the restore, with the storage back, writes exactly the clean run's
+/// output. The timeout is set just above what a checkpoint cycle needs (interval 0.1 s +
+/// checkpoint timeout 2 s + 120 s restart allowance = 122.1 s): 126 s leaves a pending
+/// transaction 3.9 s.
+#[test]
+fn a_kafka_transaction_that_could_outlive_its_timeout_fails_the_job_before_the_broker_aborts_it() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let mut run = new_run(&stack, "txn-timeout");
+    run.max_rate = Some("15000");
+    run.extra = vec!["--transaction-timeout-secs", "126"];
+    run.env =
+        vec![("CAUDAL__CHECKPOINT_TIMEOUT_MS", "2000"), ("CAUDAL__TOLERABLE_FAILED_CHECKPOINTS", "100000")];
+    let child = spawn(&stack, &run, false, None);
+    let start = Instant::now();
+    while !has_checkpoint(&run) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Storage gone: the job's checkpoint folder is moved away and a file takes its place.
+    let job = run.ckpt.path().join("temperature");
+    let saved = run.ckpt.path().join("temperature.saved");
+    std::fs::rename(&job, &saved).unwrap();
+    std::fs::write(&job, b"not a directory").unwrap();
+    let broken = Instant::now();
+    let (status, err) = wait(child);
+    let failed_after = broken.elapsed();
+    assert!(!status.success(), "the job went on: {err}");
+    assert!(err.contains("is still not committed after"), "the sink did not fail the job: {err}");
+    assert!(!err.contains("temperature: finished"), "{err}");
+    assert!(
+        failed_after > Duration::from_secs(3) && failed_after < Duration::from_secs(60),
+        "failed {failed_after:?} after the storage broke (its transaction had 3.9 s)"
+    );
+    std::fs::remove_file(&job).unwrap();
+    std::fs::rename(&saved, &job).unwrap();
+    run.max_rate = None;
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "failed before a transaction timed out, restored");
 }
 
 /// Kills the job at random moments (at most `max_kills` times, each after `min_ms` plus
