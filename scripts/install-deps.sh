@@ -42,6 +42,7 @@ TEST_PKGS=(
   "redis-server:Redis sink tests (scripts/services.sh)"
   "chromium:web UI tests in a real browser"
   "chromium-driver:WebDriver for the web UI tests"
+  "strace:jobs/tests/durability.rs traces fsync and rename of a real run"
 )
 
 installed() { # dpkg says "install ok installed" (not just unpacked / half-configured)

@@ -2,9 +2,10 @@
 //!
 //! Records of one checkpoint epoch go to an in-progress file per subtask under
 //! `<dir>/.inprogress/`. At the barrier of checkpoint `n` the file is flushed, synced and
-//! renamed `part-<subtask>-<n>.<attempt>.pending` (pre-commit, recorded in the snapshot);
-//! when `n` completes it is moved to `<dir>/part-<subtask>-<n>.<attempt>.jsonl` (commit),
-//! never over an existing file. On restore
+//! renamed `part-<subtask>-<n>.<attempt>.pending`, the rename synced too (pre-commit,
+//! recorded in the snapshot); when `n` completes it is moved to
+//! `<dir>/part-<subtask>-<n>.<attempt>.jsonl` (commit: linked, the link synced, then the
+//! pending name removed), never over an existing file. On restore
 //! from `n`, the pending files recorded in `n` are published and every other in-progress
 //! file is deleted: they hold records the restored job will produce again.
 //!
@@ -53,14 +54,20 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(what, e)
 }
 
+/// Makes the entries of `dir` durable (a rename or link into it survives a power loss).
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(format!("syncing {}", dir.display())))
+}
+
 /// Moves `from` to `to` unless that was done already (by another subtask, or before a
 /// crash), never over another file: `to` is linked first (which fails if it exists), then
 /// `from` removed. An existing `to` that is not `from`'s file (another run writing into the
 /// same directory, say with other checkpoint storage) fails the job instead of silently
-/// replacing published records.
+/// replacing published records. The link is made durable before `from` goes, so a power
+/// loss never leaves neither.
 fn publish(from: &Path, to: &Path) -> Result<()> {
     match std::fs::hard_link(from, to) {
-        Ok(()) => {}
+        Ok(()) => sync_dir(to.parent().unwrap_or(Path::new(".")))?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             if !same_file(from, to) && from.exists() {
                 return Err(Error::Operator(format!(
@@ -219,6 +226,8 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
             let pending = format!("part-{}-{}.{}.pending", self.subtask, checkpoint.0, self.attempt);
             std::fs::rename(&path, self.in_progress().join(&pending))
                 .map_err(io(format!("pre-committing {}", path.display())))?;
+            // The checkpoint will name the file: its name must survive a power loss too.
+            sync_dir(&self.in_progress())?;
             self.pending.push(Pending {
                 checkpoint: checkpoint.0,
                 pending,
