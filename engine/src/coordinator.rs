@@ -75,6 +75,8 @@ pub(crate) struct Coordinator {
     savepoint: Option<(CheckpointId, String)>,
     /// Savepoints being copied out of their checkpoint (retention waits for them).
     copies: Vec<std::thread::JoinHandle<()>>,
+    /// Retention after the last completed checkpoint, while it runs.
+    retention: Option<std::thread::JoinHandle<()>>,
     /// The job's view: savepoint requests arrive through it, and it says whether they can.
     view: Arc<JobView>,
     /// Checkpoints failed since the last one completed.
@@ -86,9 +88,10 @@ pub(crate) struct Coordinator {
 }
 
 impl Drop for Coordinator {
-    /// The attempt is over: savepoint copies finish, requests nobody will take fail.
+    /// The attempt is over: savepoint copies and retention finish, requests nobody will
+    /// take fail.
     fn drop(&mut self) {
-        for copy in self.copies.drain(..) {
+        for copy in self.copies.drain(..).chain(self.retention.take()) {
             let _ = copy.join();
         }
         self.view.set_checkpointing(false);
@@ -164,6 +167,7 @@ impl Coordinator {
             final_checkpoint: None,
             savepoint: None,
             copies: Vec::new(),
+            retention: None,
             view,
             failed_in_a_row: 0,
             last_failure: None,
@@ -338,16 +342,31 @@ impl Coordinator {
         if let Some((_, name)) = self.savepoint.take_if(|(s, _)| *s == id) {
             self.copy_to_savepoint(id, name, view);
         }
-        // Retention must not delete files a savepoint is being copied from; it catches up
-        // at the next completion.
+        self.start_retention(id);
+        Ok(())
+    }
+
+    /// Applies retention after checkpoint `id` on a thread of its own: a slow or unreachable
+    /// store (whose client retries for minutes) must not stop the coordinator from
+    /// triggering, timing out and failing checkpoints meanwhile. One at a time, and none
+    /// while a savepoint is being copied (it must not delete the copy's files); a skipped
+    /// one catches up at the next completion. A retention that started before a checkpoint
+    /// completed deletes nothing that checkpoint or the one after it needs: it keeps the
+    /// files of newer checkpoints and of its latest completed one, the only one the next
+    /// snapshot reuses.
+    fn start_retention(&mut self, id: CheckpointId) {
         self.copies.retain(|c| !c.is_finished());
-        if self.copies.is_empty() {
-            let retention = RetentionConfig { retained_checkpoints: self.config.retained };
-            if let Err(e) = apply_retention(self.store.as_ref(), &self.paths, &self.job, &retention) {
+        if !self.copies.is_empty() || self.retention.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        let (store, paths, job) = (self.store.clone(), self.paths.clone(), self.job.clone());
+        let config = RetentionConfig { retained_checkpoints: self.config.retained };
+        let retain = move || {
+            if let Err(e) = apply_retention(store.as_ref(), &paths, &job, &config) {
                 eprintln!("caudal: retention after checkpoint {}: {e}", id.0);
             }
-        }
-        Ok(())
+        };
+        self.retention = std::thread::Builder::new().name("caudal-retention".into()).spawn(retain).ok();
     }
 
     /// Copies checkpoint `id` into `savepoints/<name>` on a thread of its own (a large state

@@ -221,54 +221,15 @@ fn a_savepoint_asked_for_through_the_api_restores_to_the_clean_output() {
     assert_equals_expected(&d, "restored from a savepoint taken through the API");
 }
 
-/// The S3 test stack's settings, or `None` (the test then says why and passes) unless
-/// `CAUDAL_REQUIRE_STACK` is set.
-fn s3_env() -> Option<Vec<(&'static str, String)>> {
-    let Ok(endpoint) = std::env::var("CAUDAL_S3_ENDPOINT") else {
-        if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() {
-            panic!("CAUDAL_S3_ENDPOINT is not set: run scripts/services.sh start");
-        }
-        eprintln!("CAUDAL_S3_ENDPOINT is not set: skipping (run scripts/services.sh start)");
-        return None;
-    };
-    let var = |n: &str, d: &str| std::env::var(n).unwrap_or_else(|_| d.to_string());
-    Some(vec![
-        ("CAUDAL__S3__ALLOW_HTTP", endpoint.starts_with("http://").to_string()),
-        ("CAUDAL__S3__ENDPOINT", endpoint),
-        ("CAUDAL__S3__REGION", var("CAUDAL_S3_REGION", "us-east-1")),
-        ("CAUDAL__S3__ACCESS_KEY_ID", var("CAUDAL_S3_ACCESS_KEY_ID", "test")),
-        ("CAUDAL__S3__SECRET_ACCESS_KEY", var("CAUDAL_S3_SECRET_ACCESS_KEY", "test")),
-    ])
-}
-
-fn s3_store(url: &str, env: &[(&str, String)]) -> caudal_checkpoints::ObjectCheckpointStore {
-    let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-    let endpoint = get("CAUDAL__S3__ENDPOINT");
-    caudal_checkpoints::CheckpointStorageConfig {
-        url: url.to_string(),
-        s3: caudal_checkpoints::S3Config {
-            allow_http: endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
-            endpoint,
-            region: get("CAUDAL__S3__REGION").unwrap(),
-            access_key_id: get("CAUDAL__S3__ACCESS_KEY_ID"),
-            secret_access_key: get("CAUDAL__S3__SECRET_ACCESS_KEY"),
-            ..Default::default()
-        },
-    }
-    .build()
-    .unwrap()
-}
-
 /// The temperature job checkpoints into S3, is killed, restores from S3 and finishes with
 /// the clean run's output; retention keeps S3 free of unreferenced files.
 #[test]
 fn temperature_on_s3_checkpoint_storage_survives_a_kill() {
     use caudal_checkpoints::metadata::completed_checkpoints;
     use caudal_checkpoints::{CheckpointPaths, CheckpointStore};
-    let Some(env) = s3_env() else { return };
-    let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
-    let url = format!("s3://{bucket}/tests/temperature-{}", std::process::id() as u64 * 1000 + rand_suffix());
-    let store = s3_store(&url, &env);
+    let Some(env) = s3::env() else { return };
+    let url = s3::unique_url("temperature");
+    let store = s3::store(&url, &env);
     let paths = CheckpointPaths::under("temperature");
     let d = dirs();
     let args = |p: u32| {
@@ -289,16 +250,8 @@ fn temperature_on_s3_checkpoint_storage_survives_a_kill() {
     let (status, _) = wait(child);
     assert_eq!(status.signal(), Some(9));
     assert!(!d.ckpt.exists(), "nothing was written to the local checkpoint dir");
-    let mut restarts = 0;
-    loop {
-        let (status, err) = wait(spawn(&args(2), true, &env));
-        if status.success() {
-            assert!(err.contains("restoring job `temperature`"), "{err}");
-            break;
-        }
-        restarts += 1;
-        assert!(restarts < 5, "the restored job keeps failing: {err}");
-    }
+    let (status, err) = wait(spawn(&args(2), true, &env));
+    assert!(status.success() && err.contains("restoring job `temperature`"), "the restore failed: {err}");
     assert_equals_expected(&d, "kill and restore through S3");
     let referenced: Vec<String> = completed_checkpoints(&store, &paths)
         .unwrap()
@@ -314,10 +267,6 @@ fn temperature_on_s3_checkpoint_storage_survives_a_kill() {
         assert!(referenced.contains(&f.path), "`{}` is referenced by no retained checkpoint", f.path);
     }
     caudal_checkpoints::store::delete_dir(&store, "").unwrap();
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 % 1000
 }
 
 /// Runs the job until two checkpoints completed, then kills it.

@@ -9,14 +9,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cluster_support;
+#[path = "../../jobs/tests/common/faulty_link.rs"]
+mod faulty_link;
 #[path = "../../jobs/tests/common/oracle.rs"]
 mod oracle;
+#[path = "../../jobs/tests/common/s3.rs"]
+mod s3;
 
 use cluster_support::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A bounded, throttled run (as in jobs/tests/recovery.rs): 20 sensors, 6,000 readings at
 /// 1,500/s (~4 s), 1-second windows, checkpoints every 300 ms.
@@ -467,4 +471,47 @@ fn a_job_binary_prints_its_plan() {
     let ops = doc["plan"]["operators"].as_array().unwrap();
     assert!(ops.iter().any(|o| o["name"] == "window-stats" && o["parallelism"] == 3), "{doc:#}");
     assert_eq!(doc["checkpoints"]["interval_ms"], 60_000);
+}
+
+/// Checkpoint storage (S3) unreachable for 4 s while a cluster job runs: the attempt fails at
+/// its first failed checkpoint (tolerable 0); while the storage is away the job manager's
+/// listing of the checkpoints and the executors' restores fail too — retryable, so the job
+/// manager restarts with backoff rather than failing the job for good — and once it is back
+/// the job restores and finishes with what the input implies.
+#[test]
+fn a_checkpoint_storage_outage_is_retried_by_the_job_manager_until_the_storage_is_back() {
+    let Some(s3) = s3::env() else { return };
+    let endpoint = &s3.iter().find(|(k, _)| *k == "CAUDAL__S3__ENDPOINT").unwrap().1;
+    let link = faulty_link::FaultyLink::to(endpoint.trim_start_matches("http://").trim_end_matches('/'));
+    let mut env: Vec<(&str, String)> =
+        s3.iter().filter(|(k, _)| *k != "CAUDAL__S3__ENDPOINT").cloned().collect();
+    env.push(("CAUDAL__S3__ENDPOINT", link.url()));
+    let url = s3::unique_url("cluster-outage");
+    let mut c = Cluster::start_with(&[], Some(&url), &env);
+    c.start_taskmanager("tm-1", 2);
+    c.start_taskmanager("tm-2", 2);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let mut args = job_args(&out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into(); // ~12 s
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    link.cut();
+    c.wait_job("temperature", 30, "failing over the outage", |j| j["restarts"].as_u64() >= Some(1));
+    std::thread::sleep(Duration::from_secs(4));
+    link.restore();
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    let causes: Vec<&str> =
+        done["failures"].as_array().unwrap().iter().filter_map(|f| f["cause"].as_str()).collect();
+    // The checkpoint that failed, then at least one attempt that met the outage (the job
+    // manager's listing or an executor's restore): retried, not the end of the job.
+    assert!(causes.len() >= 2, "{done:#}");
+    assert!(causes.iter().skip(1).all(|c| c.contains("checkpoint storage")), "{causes:#?}");
+    assert_equals_expected(&out, "a 4 s checkpoint storage outage in a cluster job");
+    eprintln!("restarts {}; causes: {causes:#?}", done["restarts"]);
+    caudal_checkpoints::store::delete_dir(&s3::store(&url, &s3), "").unwrap();
 }

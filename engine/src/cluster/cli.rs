@@ -183,6 +183,7 @@ fn run(command: Commands) -> Result<ExitCode> {
                 http_allowed_hosts: ui_allowed_hosts,
                 rpc_bind,
                 checkpoint_url: checkpoint_dir,
+                checkpoint_s3: crate::JobConfig::default().with_env_overrides()?.checkpoints.storage.s3,
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
                 restart: RestartStrategy {

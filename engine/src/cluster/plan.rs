@@ -123,8 +123,11 @@ impl PlanDocument {
         }
     }
 
-    /// The checkpoint config of the job on cluster storage `url`.
-    pub(crate) fn checkpoint_config(&self, url: &str) -> crate::config::CheckpointConfig {
+    /// The checkpoint config of the job on the cluster's checkpoint storage.
+    pub(crate) fn checkpoint_config(
+        &self,
+        cluster: &crate::cluster::jobmanager::JobManagerConfig,
+    ) -> crate::config::CheckpointConfig {
         let mut c = crate::config::CheckpointConfig {
             interval: self.checkpoints.interval_ms.map(Duration::from_millis),
             timeout: Duration::from_millis(self.checkpoints.timeout_ms),
@@ -132,7 +135,8 @@ impl PlanDocument {
             retained: self.checkpoints.retained,
             ..Default::default()
         };
-        c.storage.url = url.to_string();
+        c.storage.url.clone_from(&cluster.checkpoint_url);
+        c.storage.s3 = cluster.checkpoint_s3.clone();
         c
     }
 }

@@ -3,7 +3,9 @@
 //! with what the input implies (`oracle.rs`, computed without the engine).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod faulty_link;
 pub mod oracle;
+pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -46,6 +46,10 @@ pub struct Cluster {
     pub http: u16,
     pub rpc: u16,
     pub jm_flags: Vec<String>,
+    /// Checkpoint storage (default `<dir>/ckpt`).
+    pub checkpoint_url: String,
+    /// The environment of every process (e.g. the S3 settings of the checkpoint storage).
+    pub env: Vec<(String, String)>,
     pub jm: Option<Child>,
     pub tms: Vec<(String, Child)>,
     pub agent: ureq::Agent,
@@ -53,14 +57,25 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(jm_flags: &[&str]) -> Cluster {
+        Cluster::start_with(jm_flags, None, &[])
+    }
+
+    /// A job manager checkpointing to `checkpoint_url` (default `<dir>/ckpt`), every process
+    /// with `env`.
+    pub fn start_with(jm_flags: &[&str], checkpoint_url: Option<&str>, env: &[(&str, String)]) -> Cluster {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint_url =
+            checkpoint_url.map_or_else(|| dir.path().join("ckpt").display().to_string(), str::to_string);
         let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
+            dir,
+            checkpoint_url,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             http: free_port(),
             rpc: free_port(),
             jm_flags: jm_flags.iter().map(|s| s.to_string()).collect(),
@@ -102,9 +117,10 @@ impl Cluster {
     pub fn start_jobmanager(&mut self) {
         let d = self.dir.path();
         let child = Command::new(caudal())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(["jobmanager", "--bind", &format!("127.0.0.1:{}", self.http)])
             .args(["--rpc-bind", &format!("127.0.0.1:{}", self.rpc)])
-            .args(["--checkpoint-dir", &d.join("ckpt").display().to_string()])
+            .args(["--checkpoint-dir", &self.checkpoint_url])
             .args(["--data-dir", &d.join("jm").display().to_string()])
             .args(["--heartbeat-timeout-ms", "2000", "--restart-backoff-ms", "200"])
             .args(&self.jm_flags)
@@ -127,6 +143,7 @@ impl Cluster {
     /// A task manager whose executors inherit `env` (e.g. a crash point).
     pub fn start_taskmanager_with_env(&mut self, name: &str, slots: u32, env: &[(&str, &str)]) {
         let child = Command::new(caudal())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(env.iter().copied())
             .args(["taskmanager", "--jobmanager", &self.url(), "--slots", &slots.to_string(), "--name", name])
             .args(["--data-dir", &self.dir.path().join(name).display().to_string()])
@@ -165,11 +182,12 @@ impl Cluster {
     }
 
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(caudal()).args(args).output().unwrap()
+        Command::new(caudal()).envs(self.env.iter().map(|(k, v)| (k, v))).args(args).output().unwrap()
     }
 
     pub fn submit(&self, parallelism: u32, job_args: &[String]) -> Output {
         Command::new(caudal())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("submit")
             .arg(temperature())
             .args(["--jobmanager", &self.url(), "--parallelism", &parallelism.to_string(), "--"])

@@ -301,7 +301,7 @@ impl Attempt<'_> {
     fn run_deployed(&mut self) -> Outcome {
         let job = self.job;
         let name = job.name();
-        let checkpoints = job.doc.checkpoint_config(&self.cluster.config.checkpoint_url);
+        let checkpoints = job.doc.checkpoint_config(&self.cluster.config);
         let (ack_tx, ack_rx) = unbounded();
         // As `CheckpointConfig::enabled` in the executors: a restored attempt checkpoints
         // (at least its final checkpoint), or its sinks would wait for completions forever.

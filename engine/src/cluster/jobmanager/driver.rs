@@ -27,10 +27,13 @@ use std::time::{Duration, Instant};
 /// The checkpoint directory the next attempt restores.
 pub(crate) fn restore_point(cluster: &Cluster, job: &ClusterJob) -> Result<Option<String>> {
     let spec = job.spec.lock().clone();
-    let config = job.doc.checkpoint_config(&cluster.config.checkpoint_url);
+    let config = job.doc.checkpoint_config(&cluster.config);
     let (store, paths) = open_store(&config, &spec.name)?;
-    let ids = completed_checkpoints(store.as_ref(), &paths)
-        .map_err(|e| crate::Error::Cluster(format!("listing checkpoints of `{}`: {e}", spec.name)))?;
+    // The class stays: a storage outage is retried like any failed attempt.
+    let ids = completed_checkpoints(store.as_ref(), &paths).map_err(|e| crate::Error::CheckpointStorage {
+        context: format!("listing the checkpoints of `{}`", spec.name),
+        source: Box::new(e),
+    })?;
     Ok(match ids.into_iter().rfind(|id| id.0 >= spec.checkpoint_floor) {
         Some(id) => Some(paths.checkpoint_dir(id)),
         None => spec.restore,
@@ -56,19 +59,15 @@ fn finish(cluster: &Cluster, job: &ClusterJob, status: JobStatus, detail: String
 pub(crate) fn drive(cluster: Arc<Cluster>, job: Arc<ClusterJob>) {
     let mut history = RestartHistory::new(cluster.config.restart.clone());
     loop {
-        let restore = match restore_point(&cluster, &job) {
-            Ok(r) => r,
-            Err(e) => {
-                job.view.record_failure(e.to_string());
-                return finish(
-                    &cluster,
-                    &job,
-                    JobStatus::Failed,
-                    format!("cannot read checkpoint storage: {e}"),
-                );
-            }
+        let outcome = match restore_point(&cluster, &job) {
+            Ok(restore) => attempt::run(&cluster, &job, restore),
+            Err(e) => Outcome::Failed {
+                cause: format!("cannot read checkpoint storage: {e}"),
+                retryable: e.is_retryable(),
+                progressed: false,
+            },
         };
-        match attempt::run(&cluster, &job, restore) {
+        match outcome {
             Outcome::Finished if job.stop.load(Ordering::SeqCst) => {
                 let last = job.state.lock().last_checkpoint;
                 let detail = match last {

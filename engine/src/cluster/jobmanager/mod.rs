@@ -53,6 +53,8 @@ pub struct JobManagerConfig {
     /// Checkpoint storage of every job: a directory, `file:///path` or `s3://bucket/prefix`
     /// (`--checkpoint-dir`). Task managers on other hosts need shared storage.
     pub checkpoint_url: String,
+    /// The S3 settings of `checkpoint_url` (`CAUDAL__S3__*`, as the executors read them).
+    pub checkpoint_s3: caudal_checkpoints::S3Config,
     /// Binaries and job records (`--data-dir`, default `data/jobmanager`).
     pub data_dir: PathBuf,
     /// A task manager or executor silent this long is declared failed (`--heartbeat-timeout-ms`).
@@ -68,6 +70,7 @@ impl Default for JobManagerConfig {
             http_allowed_hosts: Vec::new(),
             rpc_bind: SocketAddr::from(([127, 0, 0, 1], 6123)),
             checkpoint_url: "data/checkpoints".into(),
+            checkpoint_s3: caudal_checkpoints::S3Config::default(),
             data_dir: PathBuf::from("data/jobmanager"),
             heartbeat_timeout: Duration::from_secs(5),
             restart: RestartStrategy::default(),
@@ -127,7 +130,7 @@ impl JobManager {
         // Fail now, naming the setting, rather than at the first checkpoint.
         caudal_checkpoints::CheckpointStorageConfig {
             url: config.checkpoint_url.clone(),
-            ..Default::default()
+            s3: config.checkpoint_s3.clone(),
         }
         .build()
         .map_err(|e| Error::config("--checkpoint-dir", format!("{}: {e}", config.checkpoint_url)))?;

@@ -70,7 +70,7 @@ pub(crate) fn submit(cluster: &Arc<Cluster>, req: SubmitRequest) -> Result<Clust
              slots in {n} task managers (the largest has {largest}): lower --parallelism or add task managers"
         )));
     }
-    let config = doc.checkpoint_config(&cluster.config.checkpoint_url);
+    let config = doc.checkpoint_config(&cluster.config);
     let (store, paths) = open_store(&config, &name).map_err(|e| Refused::Invalid(e.to_string()))?;
     let storage = |e: caudal_checkpoints::Error| Refused::Invalid(format!("checkpoint storage: {e}"));
     let restore = match req.restore.as_deref().map(str::trim) {
