@@ -12,7 +12,9 @@
 mod kafka_support;
 
 use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
-use kafka_support::{committed_offsets, create_topic, end_offsets, read_committed, stack, unique, Stack};
+use kafka_support::{
+    committed_offsets, create_topic, end_offsets, oracle, read_committed, stack, unique, Stack,
+};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
 use std::os::unix::process::ExitStatusExt;
@@ -140,12 +142,10 @@ fn clean_run(stack: &Stack, like: &Run, records: u64) -> Output {
     assert!(status.success(), "clean run failed: {err}");
     let out = published(stack, &run);
     // The reference the kill tests compare with is itself checked against what the input
-    // implies: its readings are exactly the input's plausible readings in °C.
-    assert_eq!(
-        readings_of(&out.0),
-        expected_readings(stack, &run.input),
-        "the clean run's readings differ from the input's plausible readings"
-    );
+    // implies: its readings and windows are exactly the oracle's.
+    let (readings, windows) = oracle::expected(stack, &run.input, 10_000);
+    assert_eq!(oracle::readings_of(&out.0), readings, "the clean run's readings differ from the input's");
+    assert_eq!(oracle::windows_of(&out.1), windows, "the clean run's windows differ from the input's");
     assert!(out.0.len() as u64 > records * 9 / 10, "clean run wrote {} readings", out.0.len());
     assert!(out.1.len() > 1000, "clean run wrote {} windows", out.1.len());
     out
@@ -154,52 +154,6 @@ fn clean_run(stack: &Stack, like: &Run, records: u64) -> Output {
 fn clean(stack: &Stack) -> &'static Output {
     static CLEAN: OnceLock<Output> = OnceLock::new();
     CLEAN.get_or_init(|| clean_run(stack, &new_run(stack, "clean"), READINGS))
-}
-
-/// A reading as compared: (sensor, ts, lat, lon, °C, °F), floats by their bits.
-type ReadingKey = (i64, i64, u64, u64, u64, u64);
-
-/// Avro payloads without their 5-byte Confluent header, decoded with apache-avro (not
-/// Caudal's codec) as `T`.
-fn decode_all<T: caudal_schemas::AvroRecord>(payloads: impl Iterator<Item = Vec<u8>>) -> Vec<T> {
-    let reader =
-        apache_avro::reader::datum::GenericDatumReader::builder(T::schema()).build().expect("an Avro reader");
-    payloads
-        .map(|p| {
-            let value = reader.read_value(&mut &p[..]).expect("an Avro record");
-            apache_avro::from_value::<T>(&value).expect("a record of the schema")
-        })
-        .collect()
-}
-
-/// The readings of a run's output (its payloads, header already dropped by `published`).
-fn readings_of(published: &[(Vec<u8>, Vec<u8>)]) -> Vec<ReadingKey> {
-    let mut v: Vec<ReadingKey> =
-        decode_all::<caudal_schemas::ProcessedReading>(published.iter().map(|(_, v)| v.clone()))
-            .into_iter()
-            .map(|r| {
-                (r.sensor_id, r.ts, r.lat.to_bits(), r.lon.to_bits(), r.temp_c.to_bits(), r.temp_f.to_bits())
-            })
-            .collect();
-    v.sort_unstable();
-    v
-}
-
-/// What the input topic implies, read with a plain read_committed consumer: each reading
-/// converted to °C, the impossible ones (not −50 < °C < 60) dropped.
-fn expected_readings(stack: &Stack, input: &str) -> Vec<ReadingKey> {
-    let raw = read_committed(stack, input).into_iter().map(|(_, v)| v.get(5..).unwrap_or_default().to_vec());
-    let mut v: Vec<ReadingKey> = decode_all::<caudal_schemas::SensorReading>(raw)
-        .into_iter()
-        .filter_map(|r| {
-            let c = (r.temp_f - 32.0) * 5.0 / 9.0;
-            (c > -50.0 && c < 60.0).then(|| {
-                (r.sensor_id, r.ts, r.lat.to_bits(), r.lon.to_bits(), c.to_bits(), r.temp_f.to_bits())
-            })
-        })
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 fn assert_equals_clean(stack: &Stack, run: &Run, what: &str) {

@@ -1,6 +1,8 @@
 //! Shared by the Kafka tests: the stack's addresses, topics, and a `read_committed` reader.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod oracle;
+
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -58,10 +60,14 @@ pub fn create_topic(stack: &Stack, topic: &str, partitions: i32) {
 }
 
 fn consumer(stack: &Stack, topic: &str) -> (BaseConsumer, usize) {
+    consumer_at(stack, topic, "read_committed")
+}
+
+fn consumer_at(stack: &Stack, topic: &str, isolation: &str) -> (BaseConsumer, usize) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &stack.brokers)
         .set("group.id", format!("test-reader-{}", std::process::id()))
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .set("enable.partition.eof", "true")
         .set("enable.auto.commit", "false")
         .create()
@@ -77,7 +83,7 @@ fn consumer(stack: &Stack, topic: &str) -> (BaseConsumer, usize) {
 }
 
 /// Every committed record of `topic` as (key, value), as a `read_committed` consumer sees
-/// them (open transactions hold the reader at their first record, so wait for them).
+/// them, once no transaction is open on it ([`wait_until_stable`]).
 pub fn read_committed(stack: &Stack, topic: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     read_committed_with_headers(stack, topic).into_iter().map(|(k, v, _)| (k, v)).collect()
 }
@@ -85,8 +91,36 @@ pub fn read_committed(stack: &Stack, topic: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// A record as read: key, value and headers.
 pub type ReadRecord = (Vec<u8>, Vec<u8>, Vec<(String, String)>);
 
+/// Waits until no transaction is open on any partition of `topic`: its last stable offset
+/// (as far as a `read_committed` reader gets) equals its high watermark. A transaction a run
+/// left open would otherwise hide what follows it from a check, and let it appear later.
+pub fn wait_until_stable(stack: &Stack, topic: &str) {
+    let (committed, partitions) = consumer_at(stack, topic, "read_committed");
+    let (uncommitted, _) = consumer_at(stack, topic, "read_uncommitted");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let open: Vec<(i32, i64, i64)> = (0..partitions as i32)
+            .map(|p| {
+                let lso = committed.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1;
+                let hw = uncommitted.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1;
+                (p, lso, hw)
+            })
+            .filter(|(_, lso, hw)| lso != hw)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: transactions still open after 60 s (partition, last stable offset, high watermark): {open:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// As [`read_committed`], with each record's headers.
 pub fn read_committed_with_headers(stack: &Stack, topic: &str) -> Vec<ReadRecord> {
+    wait_until_stable(stack, topic);
     let (consumer, partitions) = consumer(stack, topic);
     let mut eof = HashSet::new();
     let mut out = Vec::new();
@@ -127,7 +161,7 @@ pub fn read_committed_with_headers(stack: &Stack, topic: &str) -> Vec<ReadRecord
 /// Each partition's end offset (high watermark) of `topic`, by partition: 0 everywhere means
 /// nothing was ever written, not even an aborted transaction or its marker.
 pub fn end_offsets(stack: &Stack, topic: &str) -> Vec<i64> {
-    let (consumer, partitions) = consumer(stack, topic);
+    let (consumer, partitions) = consumer_at(stack, topic, "read_uncommitted");
     (0..partitions as i32)
         .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1)
         .collect()
