@@ -1,7 +1,9 @@
 //! The temperature job with its PostgreSQL, Redis and archive sinks against the real
 //! services (`scripts/services.sh env`): SIGKILLed at random moments and restored (the
 //! archive on the stack's S3), the tables, hashes and Avro objects equal those of an
-//! uninterrupted run (the archive into a directory), and no in-progress object is left;
+//! uninterrupted run (the archive into a directory) — itself checked, table by table, hash by
+//! hash and record by record, against what the input implies (`common::oracle`) — and no
+//! in-progress object is left;
 //! crashed inside the commit window, likewise; PostgreSQL and Redis stopped mid-run
 //! (private instances on ports of their own) until the job stalled on each, the job retries,
 //! backpressures and ends with the same results; a wrong password or an unknown role fails
@@ -17,7 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
+use caudal_schemas::{ProcessedReading, WindowStats};
 
 fn service(var: &str) -> Option<String> {
     match std::env::var(var) {
@@ -411,8 +416,101 @@ fn clean(pg: &str, redis: &str) -> &'static Results {
             .values()
             .all(|h| ["celsius", "fahrenheit", "lat", "lon", "ts"].iter().all(|f| h.contains_key(*f))));
         assert_eq!(r.archive.values().map(Vec::len).sum::<usize>(), r.readings.len());
+        assert_is_what_the_input_implies(&r);
         r
     })
+}
+
+/// A row or value as text with every float in one spelling (PostgreSQL writes `1e-05`,
+/// Rust `0.00001`): floats parsed and written back shortest-exact.
+fn norm(text: &str) -> String {
+    text.split(' ')
+        .map(|f| match f.parse::<i64>() {
+            Ok(_) => f.to_string(),
+            Err(_) => f.parse::<f64>().map_or_else(|_| f.to_string(), |x| format!("{x:?}")),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn same(got: &[String], want: &[String], what: &str) {
+    common::assert_same_lines(got, want, what);
+}
+
+fn sorted(rows: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = rows.into_iter().map(|r| norm(&r)).collect();
+    v.sort();
+    v
+}
+
+/// The reference the kill tests compare with is itself what the input implies: every table,
+/// hash and archived record equals the generator model's (`common::oracle`, no engine code).
+fn assert_is_what_the_input_implies(r: &Results) {
+    assert_eq!(common::BASE_MODEL.records, RECORDS, "the oracle models this file's runs");
+    let (windows, readings) = common::oracle::expected_records(&common::BASE_MODEL);
+    let row = |p: &ProcessedReading| {
+        format!("{} {} {} {} {} {}", p.sensor_id, p.ts, p.lat, p.lon, p.temp_c, p.temp_f)
+    };
+    assert_eq!(
+        sorted(r.readings.clone()),
+        sorted(readings.iter().map(row)),
+        "PostgreSQL readings vs the input"
+    );
+    let window = |w: &WindowStats| {
+        format!(
+            "{} {} {} {} {} {} {}",
+            w.sensor_id, w.window_start, w.window_end, w.count, w.min_c, w.max_c, w.mean_c
+        )
+    };
+    assert_eq!(
+        sorted(r.windows.clone()),
+        sorted(windows.iter().map(window)),
+        "PostgreSQL windows vs the input"
+    );
+    let mut latest: BTreeMap<i64, &ProcessedReading> = BTreeMap::new();
+    for p in &readings {
+        if latest.get(&p.sensor_id).is_none_or(|l| l.ts < p.ts) {
+            latest.insert(p.sensor_id, p);
+        }
+    }
+    assert_eq!(
+        sorted(r.latest.clone()),
+        sorted(latest.values().map(|p| row(p))),
+        "sensor_latest vs the input"
+    );
+    let hashes: BTreeMap<String, BTreeMap<String, String>> = latest
+        .values()
+        .map(|p| {
+            let fields = [("celsius", p.temp_c), ("fahrenheit", p.temp_f), ("lat", p.lat), ("lon", p.lon)]
+                .map(|(k, v)| (k.to_string(), norm(&v.to_string())));
+            let mut h: BTreeMap<String, String> = fields.into_iter().collect();
+            h.insert("ts".into(), p.ts.to_string());
+            (p.sensor_id.to_string(), h)
+        })
+        .collect();
+    let got_hashes: BTreeMap<String, BTreeMap<String, String>> = r
+        .hashes
+        .iter()
+        .map(|(k, h)| (k.clone(), h.iter().map(|(f, v)| (f.clone(), norm(v))).collect()))
+        .collect();
+    assert_eq!(got_hashes, hashes, "Redis hashes vs the input");
+    // The archive: every plausible reading once, each in the partition of its event hour.
+    let hour = |ts: i64| format!("hour={:02}", ts.div_euclid(3_600_000).rem_euclid(24));
+    let ts_of: std::collections::HashMap<String, i64> =
+        readings.iter().map(|p| (format!("{p:?}"), p.ts)).collect();
+    let mut archived = Vec::new();
+    for (partition, records) in &r.archive {
+        for record in records {
+            let ts =
+                ts_of.get(record).unwrap_or_else(|| panic!("archived, not implied by the input: {record}"));
+            assert!(partition.ends_with(&hour(*ts)), "{record} archived in {partition}");
+        }
+        archived.extend(records.iter().cloned());
+    }
+    archived.sort();
+    let mut want: Vec<String> = readings.iter().map(|p| format!("{p:?}")).collect();
+    want.sort();
+    same(&archived, &want, "archived records vs the input");
 }
 
 /// Each sensor's reading with the largest timestamp, from rows `sensor_id ts …` sorted by
