@@ -673,7 +673,11 @@ fn free_port() -> u16 {
 
 impl PrivateStack {
     fn services(&self, cmd: &str, which: &[&str]) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+        // At run time: cargo reuses a test binary built in another checkout of the same
+        // workspace (the compile-time path would be that checkout's).
+        let script = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+            .join("../scripts/services.sh");
         let out = Command::new(script)
             .arg(cmd)
             .args(which)

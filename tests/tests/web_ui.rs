@@ -43,7 +43,10 @@ fn agent() -> ureq::Agent {
 fn artifacts() -> PathBuf {
     let root = match std::env::var_os("CAUDAL_ARTIFACTS") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"),
+        None => std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+            .join("..")
+            .join("target"),
     };
     let dir = root.join("ui-screenshots");
     std::fs::create_dir_all(&dir).unwrap();

@@ -125,7 +125,7 @@ pub(crate) fn upload(
 
 /// The store as seen by an upload, with the crash point "during the async upload": after the
 /// first half of a snapshot's files is in storage, before the rest (tests only; unarmed it
-/// costs a comparison).
+/// costs a comparison and changes nothing).
 #[derive(Debug)]
 struct CrashPointStore<'a> {
     inner: &'a dyn CheckpointStore,
@@ -160,6 +160,11 @@ impl CheckpointStore for CrashPointStore<'_> {
         self.inner.delete(path)
     }
     fn put_files(&self, files: &[(String, &Path)]) -> caudal_checkpoints::Result<()> {
+        // Unarmed, the upload is what production does: one batch (the store uploads its
+        // files in parallel). Armed, two: the crash comes between them.
+        if !crate::crash::armed(crate::crash::DURING_ASYNC_UPLOAD, self.checkpoint) {
+            return self.inner.put_files(files);
+        }
         let half = files.len().div_ceil(2);
         self.inner.put_files(&files[..half])?;
         crate::crash::point(crate::crash::DURING_ASYNC_UPLOAD, self.checkpoint);
@@ -167,5 +172,69 @@ impl CheckpointStore for CrashPointStore<'_> {
     }
     fn copy(&self, from: &str, to: &str) -> caudal_checkpoints::Result<()> {
         self.inner.copy(from, to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use caudal_checkpoints::InMemoryCheckpointStore;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the batches it is asked to upload.
+    #[derive(Debug, Default)]
+    struct Batches {
+        inner: InMemoryCheckpointStore,
+        calls: AtomicUsize,
+    }
+
+    impl CheckpointStore for Batches {
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+        fn get(&self, path: &str) -> caudal_checkpoints::Result<bytes::Bytes> {
+            self.inner.get(path)
+        }
+        fn head(&self, path: &str) -> caudal_checkpoints::Result<Option<u64>> {
+            self.inner.head(path)
+        }
+        fn put(&self, path: &str, data: bytes::Bytes) -> caudal_checkpoints::Result<()> {
+            self.inner.put(path, data)
+        }
+        fn put_if_absent(&self, path: &str, data: bytes::Bytes) -> caudal_checkpoints::Result<()> {
+            self.inner.put_if_absent(path, data)
+        }
+        fn list(&self, prefix: &str) -> caudal_checkpoints::Result<Vec<ObjectEntry>> {
+            self.inner.list(prefix)
+        }
+        fn list_dirs(&self, prefix: &str) -> caudal_checkpoints::Result<Vec<String>> {
+            self.inner.list_dirs(prefix)
+        }
+        fn delete(&self, path: &str) -> caudal_checkpoints::Result<()> {
+            self.inner.delete(path)
+        }
+        fn put_files(&self, files: &[(String, &Path)]) -> caudal_checkpoints::Result<()> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.inner.put_files(files)
+        }
+        fn copy(&self, from: &str, to: &str) -> caudal_checkpoints::Result<()> {
+            self.inner.copy(from, to)
+        }
+    }
+
+    #[test]
+    fn an_unarmed_crash_point_leaves_the_upload_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<std::path::PathBuf> = (0..4).map(|i| dir.path().join(format!("f{i}"))).collect();
+        for p in &paths {
+            std::fs::write(p, b"x").unwrap();
+        }
+        let files: Vec<(String, &Path)> =
+            paths.iter().enumerate().map(|(i, p)| (format!("o{i}"), p.as_path())).collect();
+        let store = Batches::default();
+        let crash = CrashPointStore { inner: &store, checkpoint: CheckpointId(3) };
+        crash.put_files(&files).unwrap();
+        assert_eq!(store.calls.load(Ordering::SeqCst), 1, "the files went out in more than one batch");
+        assert_eq!(store.inner.put_count(), 4);
     }
 }
