@@ -26,6 +26,16 @@ pub const AFTER_METADATA_BEFORE_NOTIFY: &str = "after-metadata-before-notify";
 pub const DURING_SINK_COMMIT: &str = "during-sink-commit";
 /// A restored job has read its checkpoint and is restoring operators.
 pub const DURING_RESTORE: &str = "during-restore";
+/// A restored Kafka sink subtask committed the first transaction the checkpoint recorded
+/// (the others of the process, and of the subtask, not yet); the checkpoint is the restored one.
+pub const DURING_KAFKA_RECOMMIT: &str = "during-kafka-recommit";
+/// A restored PostgreSQL sink committed the first of several prepared epochs (`COMMIT
+/// PREPARED`), not the rest; the checkpoint is the restored one.
+pub const DURING_POSTGRES_RECOMMIT: &str = "during-postgres-recommit";
+/// A restored archive sink published the first pre-committed file of its checkpoint (the
+/// others, and the removal of stale in-progress files, not yet); the checkpoint is the
+/// restored one.
+pub const DURING_ARCHIVE_REPUBLISH: &str = "during-archive-republish";
 
 static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
 

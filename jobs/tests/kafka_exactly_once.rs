@@ -247,6 +247,24 @@ fn crash_during_restore_before_the_pending_commit() {
     assert_equals_clean(&stack, &run, "during-restore");
 }
 
+/// Crashed inside the restore's own commit (#12): killed after checkpoint 3's metadata is
+/// durable, the restore is killed again after its first recommitted transaction (the other
+/// sink subtasks' not yet); a second restore recommits the rest (the first again, which is
+/// harmless) and ends exact.
+#[test]
+fn crash_half_way_through_the_recommit_of_a_restore() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "recommit");
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert_eq!(status.signal(), Some(9), "not killed after checkpoint 3's metadata: {err}");
+    let (status, err) = wait(spawn(&stack, &run, true, Some("during-kafka-recommit:3")));
+    assert_eq!(status.signal(), Some(9), "the restore was not killed: {err}");
+    assert!(err.contains("crash point during-kafka-recommit at checkpoint 3"), "died elsewhere: {err}");
+    finish(&stack, &run);
+    assert_equals_clean(&stack, &run, "killed half-way through the recommit");
+}
+
 /// The restore of a changed graph, on Kafka: an archive sink added after the crash (in
 /// front of the Kafka sinks in the graph) leaves their uids and so their pending
 /// transactions found, and the output equals the clean run's; the archive removed again

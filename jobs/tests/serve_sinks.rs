@@ -659,6 +659,37 @@ fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
     }
 }
 
+/// Crashed inside the restore's own commit (#12): the run is killed after checkpoint 2's
+/// metadata is durable, its restore is killed again half-way through committing what 2
+/// recorded — after the first of the PostgreSQL sinks' `COMMIT PREPARED`s, or after the
+/// archive published its first pre-committed file — and a second restore ends exact, each
+/// row written once.
+#[test]
+fn crashed_inside_the_restores_commit_a_second_restore_ends_exact() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    for point in ["during-postgres-recommit", "during-archive-republish"] {
+        let mut t = Target::new("recommit", &pg, &redis);
+        t.extra = vec!["--sink".into(), "discard".into()];
+        t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), "after-metadata-before-notify:2".into())];
+        t.log_writes();
+        let (status, err) = wait(t.spawn(false));
+        assert_eq!(status.signal(), Some(9), "not killed after checkpoint 2's metadata: {status} {err}");
+        t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), format!("{point}:2"))];
+        let (status, err) = wait(t.spawn(true));
+        assert_eq!(status.signal(), Some(9), "the restore did not reach {point}: {status} {err}");
+        assert!(err.contains(&format!("crash point {point} at checkpoint 2")), "died elsewhere: {err}");
+        t.env.clear();
+        t.finish();
+        let got = t.results();
+        t.assert_each_row_written_once(&got, point);
+        t.cleanup();
+        assert_same(&got, want, point);
+    }
+}
+
 /// A private PostgreSQL and Redis (scripts/services.sh with a stack dir and ports of their
 /// own), so stopping them disturbs nobody.
 struct PrivateStack {

@@ -236,6 +236,9 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
                 .map_err(|e| Error::Operator(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
             for p in pending.into_iter().filter(|p| p.checkpoint <= restored) {
                 self.publish(&p)?;
+                if keep.is_empty() {
+                    crash::point(crash::DURING_ARCHIVE_REPUBLISH, CheckpointId(restored));
+                }
                 keep.insert(p.in_progress);
             }
         }

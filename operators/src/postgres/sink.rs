@@ -466,10 +466,14 @@ impl<T> PostgresSink<T> {
             })
         })?;
         let keep_ids: HashSet<&str> = keep.iter().map(|p| p.gid.as_str()).collect();
-        for epoch in keep {
+        for (i, epoch) in keep.iter().enumerate() {
             self.retry(&format!("committing restored checkpoint {}", epoch.checkpoint), |s, _| {
                 s.commit_prepared(epoch)
             })?;
+            if i == 0 && keep.len() > 1 {
+                let restored = keep.iter().map(|e| e.checkpoint).max().unwrap_or(epoch.checkpoint);
+                crash::point(crash::DURING_POSTGRES_RECOMMIT, CheckpointId(restored));
+            }
         }
         // Those of this run are spared: other subtasks of it (in a cluster, in other
         // processes) may have prepared already. The run is the engine's attempt

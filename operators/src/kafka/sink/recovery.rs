@@ -75,8 +75,11 @@ impl Recovery<'_> {
         let mut committed = HashSet::new();
         for snapshot in snapshots.iter().filter(|s| mine.contains(&s.subtask)) {
             for txn in &snapshot.pending {
-                if restored.is_some_and(|r| txn.checkpoint <= r) {
+                if let Some(r) = restored.filter(|r| txn.checkpoint <= *r) {
                     self.recommit(txn)?;
+                    if committed.is_empty() {
+                        caudal::crash::point(caudal::crash::DURING_KAFKA_RECOMMIT, caudal::CheckpointId(r));
+                    }
                     committed.insert(txn.transactional_id.clone());
                 }
             }
