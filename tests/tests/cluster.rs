@@ -397,6 +397,39 @@ fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
     assert_equals_expected(&out, "job manager killed and restarted");
 }
 
+/// The coordinator's crash points armed in the job manager of a cluster job (#12): it
+/// SIGKILLs itself after every task acked checkpoint 3 (before the metadata) or after the
+/// metadata is durable (before any task was told); restarted with the same data directory,
+/// it resumes the job from the latest checkpoint — 2, or 3 with its pending epoch published
+/// now — and the output is what the input implies.
+#[test]
+fn the_job_manager_killed_at_its_coordinators_crash_points_resumes_the_job_exactly() {
+    for point in ["before-metadata", "after-metadata-before-notify"] {
+        let mut c = Cluster::start(&[]);
+        c.kill_jobmanager();
+        c.jm_env = vec![("CAUDAL__TEST_CRASH_AT".into(), format!("{point}:3"))];
+        c.start_jobmanager();
+        c.start_taskmanager("tm-1", 1);
+        c.start_taskmanager("tm-2", 1);
+        c.wait_for_task_managers(2);
+        let out = c.dir.path().join("out");
+        let o = c.submit(2, &job_args(&out));
+        assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+        let exit = c.wait_jobmanager_exit(30);
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&exit), Some(9), "{point}: {exit}");
+        assert!(
+            c.logs().contains(&format!("crash point {point} at checkpoint 3")),
+            "{point}: the job manager died elsewhere:{}",
+            c.logs()
+        );
+        c.jm_env.clear();
+        c.start_jobmanager();
+        let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+        assert!(done["detail"].is_string(), "{done:#}");
+        assert_equals_expected(&out, &format!("job manager killed at {point} of checkpoint 3"));
+    }
+}
+
 #[test]
 fn a_job_that_always_fails_ends_failed_with_its_cause_after_the_restart_cap() {
     let c = {

@@ -178,12 +178,18 @@ fn run(command: Commands) -> Result<ExitCode> {
             restart_backoff_ms,
             restart_backoff_max_ms,
         } => {
+            // The environment's settings that concern the job manager: the checkpoint
+            // storage's S3 settings, and a crash point of the coordinator (tests).
+            let env = crate::JobConfig::default().with_env_overrides()?;
+            if let Some((point, id)) = &env.crash_at {
+                crate::crash::install(point, *id);
+            }
             let jm = JobManager::start(JobManagerConfig {
                 http_bind: bind,
                 http_allowed_hosts: ui_allowed_hosts,
                 rpc_bind,
                 checkpoint_url: checkpoint_dir,
-                checkpoint_s3: crate::JobConfig::default().with_env_overrides()?.checkpoints.storage.s3,
+                checkpoint_s3: env.checkpoints.storage.s3,
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
                 restart: RestartStrategy {

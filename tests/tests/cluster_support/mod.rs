@@ -50,6 +50,8 @@ pub struct Cluster {
     pub checkpoint_url: String,
     /// The environment of every process (e.g. the S3 settings of the checkpoint storage).
     pub env: Vec<(String, String)>,
+    /// More environment of the job manager only (e.g. a crash point of its coordinator).
+    pub jm_env: Vec<(String, String)>,
     pub jm: Option<Child>,
     pub tms: Vec<(String, Child)>,
     pub agent: ureq::Agent,
@@ -76,6 +78,7 @@ impl Cluster {
             dir,
             checkpoint_url,
             env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            jm_env: Vec::new(),
             http: free_port(),
             rpc: free_port(),
             jm_flags: jm_flags.iter().map(|s| s.to_string()).collect(),
@@ -117,7 +120,7 @@ impl Cluster {
     pub fn start_jobmanager(&mut self) {
         let d = self.dir.path();
         let child = Command::new(caudal())
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().chain(&self.jm_env).map(|(k, v)| (k, v)))
             .args(["jobmanager", "--bind", &format!("127.0.0.1:{}", self.http)])
             .args(["--rpc-bind", &format!("127.0.0.1:{}", self.rpc)])
             .args(["--checkpoint-dir", &self.checkpoint_url])
@@ -223,6 +226,20 @@ impl Cluster {
         let (_, mut child) = self.tms.remove(i);
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+    }
+
+    /// Waits (at most `secs`) until the job manager's process ends by itself.
+    pub fn wait_jobmanager_exit(&mut self, secs: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let jm = self.jm.as_mut().unwrap();
+        loop {
+            if let Some(status) = jm.try_wait().unwrap() {
+                self.jm = None;
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the job manager still runs after {secs}s:{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn kill_jobmanager(&mut self) {
