@@ -430,6 +430,52 @@ fn the_job_manager_killed_at_its_coordinators_crash_points_resumes_the_job_exact
     }
 }
 
+/// A task manager paused with its executor (SIGSTOP: a long GC pause, a frozen VM), declared
+/// dead by the job manager, the job recovered on other slots — then resumed (SIGCONT) while
+/// the job runs on (#12): the old attempt's executor must write nothing that counts. It
+/// finds its control connection gone and exits; what it could still do (publish an epoch
+/// whose completion it had queued) names the same files the new attempt publishes from its
+/// checkpoint, and publishing never overwrites. The output is what the input implies.
+#[test]
+fn a_paused_task_manager_resumed_after_the_job_moved_on_writes_nothing_that_counts() {
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 1);
+    }
+    c.wait_for_task_managers(3);
+    let out = c.dir.path().join("out");
+    let mut args = job_args(&out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into(); // ~12 s: the pause, the recovery and the resume all happen mid-run
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    let pids = c.taskmanager_pids(&victim);
+    assert!(pids.len() >= 2, "{victim} runs no executor: {pids:?}");
+    Cluster::signal(&pids, "STOP");
+    let attempt = running["attempt"].as_u64().unwrap();
+    let moved = c.wait_job("temperature", 30, "running again without it", |j| {
+        j["attempt"].as_u64() > Some(attempt) && status(j) == "RUNNING"
+    });
+    assert!(!moved["task_managers"].as_array().unwrap().iter().any(|t| t == victim.as_str()), "{moved:#}");
+    Cluster::signal(&pids, "CONT");
+    // The old executor ends once it finds its job manager gone.
+    let executor = pids[1];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::path::Path::new(&format!("/proc/{executor}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{executor}/stat")).unwrap_or_default().contains(") Z ")
+    {
+        assert!(Instant::now() < deadline, "the paused executor {executor} still runs 20 s after it resumed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
+    assert_equals_expected(&out, &format!("task manager {victim} paused and resumed"));
+}
+
 #[test]
 fn a_job_that_always_fails_ends_failed_with_its_cause_after_the_restart_cap() {
     let c = {

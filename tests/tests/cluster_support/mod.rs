@@ -228,6 +228,25 @@ impl Cluster {
         child.wait().unwrap();
     }
 
+    /// The pids of task manager `name` and of its executors (its child processes).
+    pub fn taskmanager_pids(&self, name: &str) -> Vec<u32> {
+        let (_, child) =
+            self.tms.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no task manager {name}"));
+        let tm = child.id();
+        let children = std::fs::read_to_string(format!("/proc/{tm}/task/{tm}/children")).unwrap_or_default();
+        std::iter::once(tm).chain(children.split_whitespace().filter_map(|p| p.parse().ok())).collect()
+    }
+
+    /// Sends `signal` (e.g. `STOP`, `CONT`) to `pids`, as `kill -<signal>` does.
+    pub fn signal(pids: &[u32], signal: &str) {
+        let out = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .args(pids.iter().map(u32::to_string))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kill -{signal} {pids:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Waits (at most `secs`) until the job manager's process ends by itself.
     pub fn wait_jobmanager_exit(&mut self, secs: u64) -> std::process::ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(secs);
