@@ -44,6 +44,9 @@ pub struct JobConfig {
     /// Tests only: SIGKILL the process at this crash point of this checkpoint
     /// (`CAUDAL__TEST_CRASH_AT=<point>:<checkpoint>`, see [`crate::crash`]).
     pub crash_at: Option<(String, u64)>,
+    /// Tests: hold the thread at a crash point for a while instead
+    /// (`CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>`, see `crate::crash`).
+    pub pause_at: Option<(String, u64, u64)>,
 }
 
 /// Where a job restores from.
@@ -146,6 +149,7 @@ impl Default for JobConfig {
             state_dir: None,
             latency_marker_interval: Some(Duration::from_millis(200)),
             crash_at: None,
+            pause_at: None,
         }
     }
 }
@@ -200,6 +204,18 @@ impl JobConfig {
                         Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
                     })?;
                     self.crash_at = Some((point.to_string(), parse_u(id)?));
+                }
+                "TEST_PAUSE_AT" => {
+                    let bad = || {
+                        Error::config(
+                            key.clone(),
+                            "expected <point>:<checkpoint>:<ms>, e.g. after-metadata-before-notify:3:5000",
+                        )
+                    };
+                    let mut parts = value.rsplitn(3, ':');
+                    let (ms, id, point) = (parts.next(), parts.next(), parts.next());
+                    let (Some(ms), Some(id), Some(point)) = (ms, id, point) else { return Err(bad()) };
+                    self.pause_at = Some((point.to_string(), parse_u(id)?, parse_u(ms)?));
                 }
                 "WEB_ALLOWED_HOSTS" => {
                     self.web_allowed_hosts = value

@@ -4,6 +4,10 @@
 //! when the job reaches that point of that checkpoint the process sends itself SIGKILL —
 //! no destructor, no flush, no signal handler, no core dump: what `kill -9` or the OOM killer
 //! does there. Unset, a point costs one atomic load.
+//!
+//! `CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>` instead holds the thread that reaches
+//! the point for `ms` milliseconds (once), so a test can fail a service exactly there — e.g.
+//! restart PostgreSQL while every sink's epoch is prepared and none is committed yet.
 
 use crate::types::CheckpointId;
 use std::sync::OnceLock;
@@ -38,10 +42,17 @@ pub const DURING_POSTGRES_RECOMMIT: &str = "during-postgres-recommit";
 pub const DURING_ARCHIVE_REPUBLISH: &str = "during-archive-republish";
 
 static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
+static PAUSE_AT: OnceLock<(String, u64, u64)> = OnceLock::new();
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Arm the crash point (once per process).
-pub(crate) fn install(point: &str, checkpoint: u64) {
-    let _ = CRASH_AT.set((point.to_string(), checkpoint));
+/// Arms the crash point and the pause point `config` names (once per process).
+pub(crate) fn install(config: &crate::JobConfig) {
+    if let Some((point, checkpoint)) = &config.crash_at {
+        let _ = CRASH_AT.set((point.clone(), *checkpoint));
+    }
+    if let Some((point, checkpoint, ms)) = &config.pause_at {
+        let _ = PAUSE_AT.set((point.clone(), *checkpoint, *ms));
+    }
 }
 
 /// Whether `name` at `checkpoint` is the armed crash point: for a point that must prepare
@@ -51,9 +62,17 @@ pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
     CRASH_AT.get().is_some_and(|(p, c)| p == name && *c == checkpoint.0)
 }
 
-/// Kill the process if `name` at `checkpoint` is the armed crash point.
+/// Kill the process if `name` at `checkpoint` is the armed crash point; hold the thread if
+/// it is the armed pause point (the first thread that reaches it).
 #[inline]
 pub fn point(name: &str, checkpoint: CheckpointId) {
+    if let Some((p, c, ms)) = PAUSE_AT.get() {
+        if p == name && *c == checkpoint.0 && !PAUSED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: holding for {ms} ms");
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
+            eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: going on");
+        }
+    }
     if armed(name, checkpoint) {
         eprintln!("caudal: crash point {name} at checkpoint {checkpoint}: killing the process (SIGKILL)");
         kill_self();

@@ -744,6 +744,48 @@ impl Drop for PrivateStack {
     }
 }
 
+/// PostgreSQL and Redis restarted while every sink's epoch 3 is prepared and none is
+/// committed yet (#12): the coordinator is held right after checkpoint 3's metadata is
+/// durable (`CAUDAL__TEST_PAUSE_AT`), both servers are stopped and started meanwhile, then
+/// the sinks are told. The prepared transactions survive the restart, `COMMIT PREPARED` runs
+/// on a new connection, and the tables and hashes are exact, each row written once, no
+/// prepared transaction left.
+#[test]
+fn postgres_and_redis_restarted_between_prepare_and_commit_lose_and_repeat_nothing() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    let stack = PrivateStack::start();
+    let mut t = Target::new("prepared", &stack.pg_url(), &stack.redis_url());
+    t.extra = vec!["--sink".into(), "discard".into()];
+    t.env = vec![("CAUDAL__TEST_PAUSE_AT".into(), "after-metadata-before-notify:3:8000".into())];
+    t.log_writes();
+    let child = t.spawn(false);
+    let metadata = t.ckpt.join("temperature/chk-3/_metadata");
+    let start = Instant::now();
+    while !metadata.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "checkpoint 3 did not complete");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let prepared = pg_rows(&stack.pg_url(), "SELECT count(*) FROM pg_prepared_xacts");
+    assert_ne!(prepared, ["0"], "no epoch was prepared when the servers went down");
+    stack.services("stop", &["postgres", "redis"]);
+    stack.services("start", &["postgres", "redis"]);
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "the restart outlasted the pause: {:?}",
+        start.elapsed()
+    );
+    let (status, err) = wait(child);
+    assert!(status.success(), "the job failed: {err}");
+    assert!(err.contains("pause point after-metadata-before-notify at checkpoint 3"), "{err}");
+    let got = t.results();
+    t.assert_each_row_written_once(&got, "restarted between prepare and commit");
+    assert_eq!(pg_rows(&stack.pg_url(), "SELECT count(*) FROM pg_prepared_xacts"), ["0"]);
+    assert_same(&got, want, "PostgreSQL and Redis restarted between prepare and commit");
+}
+
 /// What the job's REST API (`/api/v1/jobs/temperature/metrics`) says of the generator and
 /// the sinks of the outage.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -208,9 +208,7 @@ impl StreamEnv {
             }
         }
         self.config.validate()?;
-        if let Some((point, id)) = &self.config.crash_at {
-            crate::crash::install(point, *id);
-        }
+        crate::crash::install(&self.config);
         let started = Instant::now();
         let graph = self.graph.borrow();
         let compiled = compile(&graph, &self.config, job_name)?;

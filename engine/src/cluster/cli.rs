@@ -179,11 +179,9 @@ fn run(command: Commands) -> Result<ExitCode> {
             restart_backoff_max_ms,
         } => {
             // The environment's settings that concern the job manager: the checkpoint
-            // storage's S3 settings, and a crash point of the coordinator (tests).
+            // storage's S3 settings, and a crash or pause point of the coordinator (tests).
             let env = crate::JobConfig::default().with_env_overrides()?;
-            if let Some((point, id)) = &env.crash_at {
-                crate::crash::install(point, *id);
-            }
+            crate::crash::install(&env);
             let jm = JobManager::start(JobManagerConfig {
                 http_bind: bind,
                 http_allowed_hosts: ui_allowed_hosts,

@@ -132,9 +132,7 @@ fn run_deployed(
     data: TcpListener,
 ) -> Result<JobResult> {
     config.validate()?;
-    if let Some((point, id)) = &config.crash_at {
-        crate::crash::install(point, *id);
-    }
+    crate::crash::install(config);
     let started = Instant::now();
     let graph = env.graph.borrow();
     let compiled = compile(&graph, config, job_name)?;
