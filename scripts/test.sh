@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Caudal's whole test suite — the README's second command and what CI runs.
 #
-#   scripts/test.sh [extra cargo test args]
+#   scripts/test.sh [--soak] [extra cargo test args]
+#
+# --soak: the soak test (tests/tests/soak.rs) kills 50 times instead of 12.
 #
 # 1. installs what the build and tests need from Debian (only what is missing),
 # 2. starts the test stack on loopback (Kafka, schema registry, PostgreSQL, Redis, S3),
@@ -16,6 +18,11 @@
 # quick re-runs, except under CI or with CAUDAL_STOP_STACK=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == "--soak" ]]; then
+  shift
+  export CAUDAL_SOAK_KILLS="${CAUDAL_SOAK_KILLS:-50}"
+fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/caudal/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

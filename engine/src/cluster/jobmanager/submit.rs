@@ -108,6 +108,9 @@ pub(crate) fn submit(cluster: &Arc<Cluster>, req: SubmitRequest) -> Result<Clust
 }
 
 /// Starts again every recorded job that had not ended (after a job manager restart).
+/// Tries at reading a job's plan from its binary when a restarted job manager resumes it.
+const RESUME_PLAN_TRIES: u32 = 5;
+
 pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
     for spec in cluster.records.load_all() {
         if spec.final_status.is_some() {
@@ -121,7 +124,17 @@ pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
             );
             continue;
         }
-        match plan_of_binary(&cluster.blobs.path(&spec.binary_sha256), &spec.args, spec.parallelism) {
+        // The binary prints its plan again; on a loaded machine (or one that just came back)
+        // that can fail once without meaning anything: a few tries before giving up on it.
+        let binary = cluster.blobs.path(&spec.binary_sha256);
+        let mut planned = plan_of_binary(&binary, &spec.args, spec.parallelism);
+        for attempt in 2..=RESUME_PLAN_TRIES {
+            let Err(e) = &planned else { break };
+            eprintln!("caudal jobmanager: reading the plan of job `{name}` to resume it failed ({e}); try {attempt} of {RESUME_PLAN_TRIES}");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            planned = plan_of_binary(&binary, &spec.args, spec.parallelism);
+        }
+        match planned {
             Ok(doc) => {
                 let job = Arc::new(ClusterJob::new(spec, doc));
                 job.set_detail("resumed after a job manager restart: waiting for slots");
