@@ -162,6 +162,13 @@ impl SplitWatermarks {
         s.last_active = now;
     }
 
+    /// Split `split` is not idle now, though it emitted nothing.
+    pub(crate) fn touch(&mut self, split: usize, now: Instant) {
+        if let Some(s) = self.splits.get_mut(split) {
+            s.last_active = now;
+        }
+    }
+
     pub(crate) fn finish(&mut self, split: usize) {
         if let Some(s) = self.splits.get_mut(split) {
             s.finished = true;
@@ -245,6 +252,15 @@ impl<T> SourceOutput<'_, T> {
         self.batch.push(Record { ts, value });
     }
 
+    /// Split `split` is known to hold records not read yet (a Kafka partition whose end
+    /// offset is past the reader's position while its fetches stall — its broker away, its
+    /// leader moving): however long it stays silent, it is not idle. Otherwise the idleness
+    /// timeout would let the watermark move on without it, and its records, once read, would
+    /// be late: a broker failover would change the job's results.
+    pub fn split_has_backlog(&mut self, split: usize) {
+        self.clocks.touch(split, self.now);
+    }
+
     /// Mark split `split` finished: it no longer holds the watermark back.
     pub fn finish_split(&mut self, split: usize) {
         self.clocks.finish(split);
@@ -265,6 +281,23 @@ impl<T> SourceOutput<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_silent_split_with_a_backlog_is_not_idle() {
+        let t0 = Instant::now();
+        let mut w = SplitWatermarks::new(2, Duration::ZERO, Some(Duration::from_secs(5)));
+        w.observe(0, 1000, t0);
+        w.observe(1, 500, t0);
+        // Split 1's fetches stall (its broker is away) while it still has records to read.
+        let later = t0 + Duration::from_secs(6);
+        w.observe(0, 9000, later);
+        w.touch(1, later);
+        assert_eq!(w.current(later), Some(499), "the stalled split holds the watermark back");
+        // Without a backlog it goes idle as before.
+        let much_later = later + Duration::from_secs(6);
+        w.observe(0, 9500, much_later);
+        assert_eq!(w.current(much_later), Some(9499));
+    }
 
     #[test]
     fn watermark_is_min_over_active_splits() {

@@ -94,6 +94,15 @@ struct PartitionState {
     gauges: PartitionGauges,
 }
 
+impl PartitionState {
+    /// Records past the position are known to exist (the bounded end, or the end offset the
+    /// last statistics gave): a silent partition is then stalled, not idle.
+    fn has_backlog(&self) -> bool {
+        let end = self.end.unwrap_or_else(|| self.gauges.end_offset.load(Ordering::Relaxed));
+        end > self.next
+    }
+}
+
 /// Reads the partitions of one subtask.
 pub struct KafkaSourceReader<T> {
     consumer: BaseConsumer<LagContext>,
@@ -356,6 +365,8 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         for (i, p) in self.partitions.iter().enumerate() {
             if p.finished {
                 out.finish_split(i);
+            } else if p.has_backlog() {
+                out.split_has_backlog(i);
             }
         }
         if self.bounded && self.partitions.iter().all(|p| p.finished) {

@@ -1,0 +1,229 @@
+//! Kafka broker failover (#12): a private 3-broker KRaft cluster (`scripts/services.sh start
+//! kafka1 kafka2 kafka3`, replication factor 3, `min.insync.replicas` 2, the transaction
+//! state log replicated), an exactly-once Kafka → Kafka run of the temperature job, and the
+//! broker that leads an output partition — and a partition of the transaction state log,
+//! so the coordinator of some of the job's transactions — SIGKILLed mid-run and started
+//! again later. Meanwhile the job's REST API shows the under-replicated partitions (the web
+//! UI's broker-health panel reads it). A `read_committed` consumer then sees exactly what the
+//! input topic implies (`kafka_support::oracle`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kafka_support;
+
+use kafka_support::{oracle, read_committed, stack, unique, Stack};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const READINGS: u64 = 300_000;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Three brokers of a cluster of their own, in a temp folder; purged when dropped.
+struct Brokers {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    controller_ports: Vec<u16>,
+}
+
+impl Brokers {
+    fn services(&self, cmd: &str, which: &[&str]) {
+        let script = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+            .join("../scripts/services.sh");
+        let join = |p: &[u16]| p.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+        let out = Command::new(script)
+            .arg(cmd)
+            .args(which)
+            .env("CAUDAL_STACK_DIR", self.dir.path())
+            .env("CAUDAL_KAFKA_NODE_PORTS", join(&self.ports))
+            .env("CAUDAL_KAFKA_NODE_CONTROLLER_PORTS", join(&self.controller_ports))
+            .env("CAUDAL_NO_INSTALL", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "services.sh {cmd} {which:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn start() -> Brokers {
+        let b = Brokers {
+            dir: tempfile::tempdir().unwrap(),
+            ports: (0..3).map(|_| free_port()).collect(),
+            controller_ports: (0..3).map(|_| free_port()).collect(),
+        };
+        b.services("start", &["kafka1", "kafka2", "kafka3"]);
+        b
+    }
+
+    fn bootstrap(&self) -> String {
+        self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// SIGKILLs node `n` (1..=3).
+    fn kill(&self, n: i32) {
+        let pidfile = self.dir.path().join(format!("kafka{n}/kafka{n}.pid"));
+        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+        let out = Command::new("kill").args(["-KILL", &pid]).output().unwrap();
+        assert!(out.status.success(), "kill {pid}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Brokers {
+    fn drop(&mut self) {
+        self.services("purge", &["kafka1", "kafka2", "kafka3"]);
+    }
+}
+
+fn create_replicated(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    let topic_def =
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
+    let results =
+        futures::executor::block_on(admin.create_topics(
+            &[topic_def],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .expect("create topics");
+    for r in results {
+        r.map_err(|(t, e)| format!("creating {t}: {e}")).unwrap();
+    }
+}
+
+/// The broker ids leading each partition of `topic`.
+fn leaders(brokers: &str, topic: &str) -> Vec<i32> {
+    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    md.topics()[0].partitions().iter().map(|p| p.leader()).collect()
+}
+
+fn spawn_job(
+    stack: &Stack,
+    input: &str,
+    readings: &str,
+    windows: &str,
+    ckpt: &Path,
+    ui: u16,
+    restore: bool,
+) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+    cmd.args(["--source", "kafka", "--input-topic", input, "--bounded", "--max-records-per-second", "8000"])
+        .args(["--sink", "kafka", "--output-topic", readings, "--windows-topic", windows])
+        .args(["--transactional-id-prefix", readings, "--brokers", &stack.brokers])
+        .args(["--schema-registry", &stack.registry, "--window-secs", "10", "--parallelism", "2"])
+        .args(["--checkpoint-interval", "0.3", "--progress-secs", "1"])
+        .args(["--ui-bind", &format!("127.0.0.1:{ui}")])
+        .arg("--checkpoint-dir")
+        .arg(ckpt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if restore {
+        cmd.args(["--restore", "latest"]);
+    }
+    cmd.spawn().unwrap()
+}
+
+#[test]
+fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_and_repeats_nothing() {
+    let Some(shared) = stack() else { return };
+    let brokers = Brokers::start();
+    let stack = Stack { brokers: brokers.bootstrap(), registry: shared.registry.clone() };
+    let (input, readings, windows) = (unique("fo-in"), unique("fo-readings"), unique("fo-windows"));
+    create_replicated(&stack.brokers, &input, 4);
+    create_replicated(&stack.brokers, &readings, 2);
+    create_replicated(&stack.brokers, &windows, 2);
+    let o = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["produce", "--topic", &input, "--sensors", "100", "--rate", "0", "--seed", "13"])
+        .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "produce failed: {}", String::from_utf8_lossy(&o.stderr));
+
+    let ckpt = tempfile::tempdir().unwrap();
+    let ui = free_port();
+    let child = spawn_job(&stack, &input, &readings, &windows, ckpt.path(), ui, false);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into();
+    let kafka_api = || -> Option<serde_json::Value> {
+        let mut r = agent.get(format!("http://127.0.0.1:{ui}/api/v1/jobs/temperature/kafka")).call().ok()?;
+        r.body_mut().read_json().ok()
+    };
+    // Running, with a checkpoint, all partitions in sync.
+    let start = Instant::now();
+    while !std::fs::read_dir(ckpt.path().join("temperature"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("_metadata").exists())
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let victim = leaders(&stack.brokers, &readings)[0];
+    let coordinates = leaders(&stack.brokers, "__transaction_state");
+    assert!(
+        coordinates.contains(&victim),
+        "broker {victim} leads no partition of the transaction state log ({coordinates:?})"
+    );
+    brokers.kill(victim);
+    let killed = Instant::now();
+    // The broker-health panel's numbers: under-replicated partitions while it is down.
+    let seen = loop {
+        if let Some(v) = kafka_api().filter(|v| v["under_replicated_partitions"].as_u64() > Some(0)) {
+            break v;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(40),
+            "no under-replicated partition shown: {:?}",
+            kafka_api()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "broker {victim} killed; {} partitions under-replicated after {:?}",
+        seen["under_replicated_partitions"],
+        killed.elapsed()
+    );
+    brokers.services("start", &[&format!("kafka{victim}")]);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    // A run that failed over the lost broker must end exact after its restore; one that rode
+    // it out must be exact as it is. Both are said.
+    if out.status.success() {
+        eprintln!("the job rode out the failover:\n{err}");
+    } else {
+        eprintln!("the job failed over the lost broker; restoring:\n{err}");
+        let restored = spawn_job(&stack, &input, &readings, &windows, ckpt.path(), free_port(), true);
+        let out = restored.wait_with_output().unwrap();
+        assert!(out.status.success(), "the restore failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (want_readings, want_windows) = oracle::expected(&stack, &input, 10_000);
+    let strip = |records: Vec<(Vec<u8>, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
+        records.into_iter().map(|(k, v)| (k, v.get(5..).unwrap_or_default().to_vec())).collect()
+    };
+    let got_readings = oracle::readings_of(&strip(read_committed(&stack, &readings)));
+    let got_windows = oracle::windows_of(&strip(read_committed(&stack, &windows)));
+    assert_eq!(got_readings.len(), want_readings.len(), "readings after the failover");
+    assert!(got_readings == want_readings, "readings differ from the input's");
+    if got_windows != want_windows {
+        let missing: Vec<_> = want_windows.iter().filter(|w| got_windows.binary_search(w).is_err()).collect();
+        let sensors: std::collections::BTreeSet<i64> = missing.iter().map(|w| w.0).collect();
+        let starts: std::collections::BTreeSet<i64> = missing.iter().map(|w| w.1).collect();
+        eprintln!("{} windows missing: sensors {sensors:?}, window starts {starts:?}", missing.len());
+    }
+    assert_eq!(got_windows.len(), want_windows.len(), "windows after the failover");
+    assert!(got_windows == want_windows, "windows differ from the input's");
+}
