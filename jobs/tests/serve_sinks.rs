@@ -324,6 +324,60 @@ fn redis_hashes(url: &str, prefix: &str) -> BTreeMap<String, BTreeMap<String, St
         .collect()
 }
 
+/// Every hash write of the Redis sink under one key prefix, as Redis executes it: MONITOR
+/// shows the HSETs the sink's Lua script runs, so `(key, ts)` → times written. A replayed
+/// reading the script refuses (not newer than the stored one) is no write; an epoch applied
+/// twice would be two — what the final hashes alone cannot show.
+struct RedisWrites {
+    counts: std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), u32>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RedisWrites {
+    fn watch(url: &str, prefix: &str) -> RedisWrites {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        con.send_packed_command(&redis::cmd("MONITOR").get_packed_command()).unwrap();
+        let ok = con.recv_response().unwrap();
+        assert!(matches!(ok, redis::Value::Okay | redis::Value::SimpleString(_)), "MONITOR: {ok:?}");
+        con.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let counts = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, st, prefix) = (counts.clone(), stop.clone(), prefix.to_string());
+        let thread = std::thread::spawn(move || {
+            while !st.load(std::sync::atomic::Ordering::SeqCst) {
+                let line = match con.recv_response() {
+                    Ok(redis::Value::SimpleString(line)) => line,
+                    Ok(_) => continue,
+                    Err(e) if e.is_timeout() => continue,
+                    Err(e) => panic!("MONITOR: {e}"),
+                };
+                // 1700000000.123 [0 lua] "HSET" "<key>" "ts" "<ts>" ...
+                let args: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+                if let [cmd, key, "ts", ts, ..] = args[..] {
+                    if cmd.eq_ignore_ascii_case("hset") && key.starts_with(&prefix) {
+                        *c.lock().unwrap().entry((key.to_string(), ts.to_string())).or_insert(0) += 1;
+                    }
+                }
+            }
+        });
+        RedisWrites { counts, stop, thread: Some(thread) }
+    }
+
+    /// Stops watching; every `(key, ts)` was written once, and there were writes.
+    fn assert_each_written_once(mut self, what: &str) {
+        std::thread::sleep(Duration::from_millis(300)); // the last lines of MONITOR
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        let counts = self.counts.lock().unwrap();
+        assert!(!counts.is_empty(), "{what}: MONITOR saw no hash write of the sink");
+        let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
+        assert!(twice.is_empty(), "{what}: Redis hash writes applied more than once: {twice:?}");
+    }
+}
+
 /// The S3 settings of the test stack, as the job gets them (`CAUDAL__S3__*`).
 fn s3_env() -> Option<(S3Config, Vec<(String, String)>)> {
     let endpoint = service("CAUDAL_S3_ENDPOINT")?;
@@ -604,6 +658,7 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
     // of in-progress objects run against a real object store under SIGKILL.
     let t = Target::new("killed", &pg, &redis).on_s3(s3, s3_env);
     t.log_writes();
+    let redis_writes = RedisWrites::watch(&redis, &t.prefix);
     let mut seed = 0xdecaf;
     let mut kills = 0;
     while kills < 4 {
@@ -625,6 +680,7 @@ fn killed_at_random_the_tables_hashes_and_files_equal_the_clean_run() {
     t.finish();
     let got = t.results();
     t.assert_each_row_written_once(&got, &format!("after {kills} kills"));
+    redis_writes.assert_each_written_once(&format!("after {kills} kills"));
     let in_progress = t.in_progress();
     t.cleanup();
     t.cleanup_archive();
@@ -647,6 +703,7 @@ fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
         t.extra = vec!["--sink".into(), "discard".into()];
         t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), format!("{point}:2"))];
         t.log_writes();
+        let redis_writes = RedisWrites::watch(&redis, &t.prefix);
         let (status, err) = wait(t.spawn(false));
         assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
         assert!(err.contains(&format!("crash point {point}")), "died elsewhere: {err}");
@@ -654,6 +711,7 @@ fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
         t.finish();
         let got = t.results();
         t.assert_each_row_written_once(&got, point);
+        redis_writes.assert_each_written_once(point);
         t.cleanup();
         assert_same(&got, want, point);
     }
