@@ -453,24 +453,7 @@ fn a_paused_task_manager_resumed_after_the_job_moved_on_writes_nothing_that_coun
         status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
     });
     let victim = running["task_managers"][0].as_str().unwrap().to_string();
-    let pids = c.taskmanager_pids(&victim);
-    assert!(pids.len() >= 2, "{victim} runs no executor: {pids:?}");
-    Cluster::signal(&pids, "STOP");
-    let attempt = running["attempt"].as_u64().unwrap();
-    let moved = c.wait_job("temperature", 30, "running again without it", |j| {
-        j["attempt"].as_u64() > Some(attempt) && status(j) == "RUNNING"
-    });
-    assert!(!moved["task_managers"].as_array().unwrap().iter().any(|t| t == victim.as_str()), "{moved:#}");
-    Cluster::signal(&pids, "CONT");
-    // The old executor ends once it finds its job manager gone.
-    let executor = pids[1];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::path::Path::new(&format!("/proc/{executor}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{executor}/stat")).unwrap_or_default().contains(") Z ")
-    {
-        assert!(Instant::now() < deadline, "the paused executor {executor} still runs 20 s after it resumed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    c.pause_until_the_job_moved_on("temperature", &victim, &running);
     let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
     assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
     assert_equals_expected(&out, &format!("task manager {victim} paused and resumed"));

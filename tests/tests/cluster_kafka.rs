@@ -71,6 +71,20 @@ fn job_args(stack: &Stack, input: &str, readings: &str, windows: &str) -> Vec<St
     .collect()
 }
 
+/// A new 4-partition input topic with READINGS readings of 100 sensors (seed `seed`).
+fn produce(stack: &Stack, name: &str, seed: u64) -> String {
+    let input = unique(name);
+    create_topic(stack, &input, 4);
+    let o = Command::new(temperature())
+        .args(["produce", "--topic", &input, "--sensors", "100", "--rate", "0", "--seed", &seed.to_string()])
+        .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "produce failed: {}", stderr(&o));
+    input
+}
+
 fn topics(stack: &Stack, name: &str) -> (String, String) {
     let (readings, windows) = (unique(&format!("{name}-readings")), unique(&format!("{name}-windows")));
     create_topic(stack, &readings, 2);
@@ -81,15 +95,7 @@ fn topics(stack: &Stack, name: &str) -> (String, String) {
 #[test]
 fn a_killed_task_manager_with_kafka_in_and_out_commits_exactly_what_the_input_implies() {
     let Some(stack) = stack() else { return };
-    let input = unique("cluster-in");
-    create_topic(&stack, &input, 4);
-    let o = Command::new(temperature())
-        .args(["produce", "--topic", &input, "--sensors", "100", "--rate", "0", "--seed", "9"])
-        .args(["--records", &READINGS.to_string(), "--event-interval-ms", "100"])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "produce failed: {}", stderr(&o));
+    let input = produce(&stack, "cluster-in", 9);
 
     // What the input implies (read and decoded without the engine).
     let (want_readings, want_windows) = oracle::expected(&stack, &input, 10_000);
@@ -132,4 +138,41 @@ fn a_killed_task_manager_with_kafka_in_and_out_commits_exactly_what_the_input_im
             c.logs()
         );
     }
+}
+
+/// A task manager paused with its executors (SIGSTOP) past the heartbeat timeout, the job
+/// recovered on the other slots, then resumed (SIGCONT) while the job runs on (#12): the old
+/// attempt's producers were fenced by the new attempt's `init_transactions` on the same
+/// transactional ids, its executors find their job manager gone and exit, and a
+/// `read_committed` consumer sees exactly what the input implies.
+#[test]
+fn a_paused_task_manager_resumed_after_the_job_moved_on_leaves_the_kafka_output_exact() {
+    let Some(stack) = stack() else { return };
+    let input = produce(&stack, "cluster-paused-in", 17);
+    let (want_readings, want_windows) = oracle::expected(&stack, &input, 10_000);
+
+    let (readings, windows) = topics(&stack, "cluster-paused");
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(3);
+    let mut args = job_args(&stack, &input, &readings, &windows);
+    let rate = args.iter().position(|a| a == "--max-records-per-second").unwrap() + 1;
+    args[rate] = "2000".into(); // ~20 s: the pause, the recovery and the resume happen mid-run
+    let o = c.submit(4, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    c.pause_until_the_job_moved_on("temperature", &victim, &running);
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
+    let got = published(&stack, &readings, &windows);
+    let (got_readings, got_windows) = (oracle::readings_of(&got.0), oracle::windows_of(&got.1));
+    assert_eq!(got_readings.len(), want_readings.len(), "readings after the pause{}", c.logs());
+    assert!(got_readings == want_readings, "readings differ from what the input implies");
+    assert_eq!(got_windows.len(), want_windows.len(), "windows after the pause");
+    assert!(got_windows == want_windows, "windows differ from what the input implies");
 }

@@ -237,6 +237,34 @@ impl Cluster {
         std::iter::once(tm).chain(children.split_whitespace().filter_map(|p| p.parse().ok())).collect()
     }
 
+    /// Pauses task manager `victim` with its executors (SIGSTOP: a long GC pause, a frozen
+    /// VM) until job `job` runs again without it — a new attempt than `running`'s, RUNNING —
+    /// then resumes them (SIGCONT) and waits (at most 20 s) until its old executors exited.
+    pub fn pause_until_the_job_moved_on(&self, job: &str, victim: &str, running: &Value) {
+        let pids = self.taskmanager_pids(victim);
+        assert!(pids.len() >= 2, "{victim} runs no executor: {pids:?}");
+        Cluster::signal(&pids, "STOP");
+        let attempt = running["attempt"].as_u64().unwrap();
+        let moved = self.wait_job(job, 30, "running again without it", |j| {
+            j["attempt"].as_u64() > Some(attempt) && status(j) == "RUNNING"
+        });
+        assert!(!moved["task_managers"].as_array().unwrap().iter().any(|t| t == victim), "{moved:#}");
+        Cluster::signal(&pids, "CONT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for executor in &pids[1..] {
+            let alive = || {
+                std::fs::read_to_string(format!("/proc/{executor}/stat")).is_ok_and(|s| !s.contains(") Z "))
+            };
+            while alive() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the paused executor {executor} still runs 20 s after it resumed"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
     /// Sends `signal` (e.g. `STOP`, `CONT`) to `pids`, as `kill -<signal>` does.
     pub fn signal(pids: &[u32], signal: &str) {
         let out = Command::new("kill")
