@@ -154,10 +154,43 @@ impl Default for JobConfig {
     }
 }
 
+/// The `CAUDAL__<NAME>` settings [`JobConfig::with_overrides`] reads (`S3__<FIELD>` for
+/// the S3 ones).
+const KNOWN_VARIABLES: &[&str] = &[
+    "PARALLELISM",
+    "MAX_PARALLELISM",
+    "BATCH_SIZE",
+    "CHANNEL_CAPACITY",
+    "CHECKPOINT_INTERVAL_MS",
+    "CHECKPOINT_DIR",
+    "CHECKPOINT_TIMEOUT_MS",
+    "TOLERABLE_FAILED_CHECKPOINTS",
+    "ALLOW_NON_RESTORED_STATE",
+    "S3__<FIELD>",
+    "STATE_BACKEND",
+    "STATE_DIR",
+    "LATENCY_MARKER_INTERVAL_MS",
+    "TEST_CRASH_AT",
+    "TEST_PAUSE_AT",
+    "WEB_ALLOWED_HOSTS",
+    "WEB_BIND",
+];
+
+/// `CAUDAL__<NAME>` variables that set the process's role, not a setting
+/// (`crate::cluster::role`).
+const ROLE_VARIABLES: &[&str] = &["PRINT_PLAN", "EXECUTOR", "EXECUTOR_ID", "EXECUTOR_WATCH_STDIN"];
+
 impl JobConfig {
     /// Apply `CAUDAL__*` environment overrides.
-    pub fn with_env_overrides(mut self) -> Result<Self> {
-        for (key, value) in std::env::vars() {
+    pub fn with_env_overrides(self) -> Result<Self> {
+        self.with_overrides(std::env::vars())
+    }
+
+    /// [`Self::with_env_overrides`] over the given `(name, value)` variables. A `CAUDAL__`
+    /// name that is no setting is an error naming it (a typo must not run the job with a
+    /// default silently), except the process roles `crate::cluster::role` reads.
+    pub fn with_overrides(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        for (key, value) in vars {
             let Some(name) = key.strip_prefix("CAUDAL__") else {
                 continue;
             };
@@ -236,7 +269,13 @@ impl JobConfig {
                         })?),
                     }
                 }
-                _ => {}
+                role if ROLE_VARIABLES.contains(&role) => {}
+                _ => {
+                    return Err(Error::config(
+                        key.clone(),
+                        format!("unknown setting; known: {}", KNOWN_VARIABLES.join(", ")),
+                    ))
+                }
             }
         }
         Ok(self)
@@ -314,6 +353,28 @@ fn parse_flag(v: &str) -> std::result::Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vars(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn an_unknown_setting_is_an_error_naming_it_and_roles_and_other_variables_pass() {
+        let e = JobConfig::default()
+            .with_overrides(vars(&[("CAUDAL__CHECKPOINT_INTERVAL", "1000")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CAUDAL__CHECKPOINT_INTERVAL") && e.contains("CHECKPOINT_INTERVAL_MS"), "{e}");
+        let c = JobConfig::default()
+            .with_overrides(vars(&[
+                ("CAUDAL__CHECKPOINT_INTERVAL_MS", "1000"),
+                ("CAUDAL__EXECUTOR_ID", "x"),
+                ("CAUDAL_KAFKA_BROKERS", "not ours"),
+                ("PATH", "/bin"),
+            ]))
+            .unwrap();
+        assert_eq!(c.checkpoints.interval, Some(Duration::from_millis(1000)));
+    }
 
     #[test]
     fn s3_settings_from_variables() {
