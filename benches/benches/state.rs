@@ -30,7 +30,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 const KEYS: u64 = 100_000;
 
 fn key_group(key: u64) -> u16 {
-    (caudal_checkpoints::keygroup::stable_hash(&key.to_le_bytes()) % 128) as u16
+    caudal_checkpoints::keygroup::key_group_of(&key, 128)
 }
 
 fn next(x: &mut u64) -> u64 {

@@ -84,9 +84,9 @@ pub fn location(paths: &CheckpointPaths, id: u64, subtask: u32) -> StateLocation
     }
 }
 
-/// The key group of a string key (the engine brings its own hash; any stable one works).
+/// The key group of a string key (the state format's hash).
 pub fn kg_of(key: &str) -> u16 {
-    keygroup::key_group_of_hash(keygroup::stable_hash(key.as_bytes()), 128)
+    keygroup::key_group_of(key, 128)
 }
 
 /// Takes a checkpoint of several subtasks' backends and completes it in `store`.
