@@ -53,6 +53,14 @@ fn job_args(out: &Path) -> Vec<String> {
     args
 }
 
+/// [`job_args`] at 500 readings/s (~12 s): room for kills, pauses and outages mid-run.
+fn slow_job_args(out: &Path) -> Vec<String> {
+    let mut args = job_args(out);
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into();
+    args
+}
+
 /// Published output: every `*.jsonl` line of `dir/<folder>`, sorted.
 fn published(dir: &Path, folder: &str) -> Vec<String> {
     let mut lines = Vec::new();
@@ -174,9 +182,7 @@ fn task_managers_killed_one_after_another() {
     c.wait_for_task_managers(3);
     let out = c.dir.path().join("out");
     // Slower than the clean run (same records, same event times): room for three kills.
-    let mut args = job_args(&out);
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "25".into();
+    let args = slow_job_args(&out);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     let mut last = 0;
@@ -228,9 +234,7 @@ fn savepoints_of_a_cluster_job_and_a_stopped_job_resumed_from_its_final_savepoin
     c.start_taskmanager("tm-2", 1);
     c.wait_for_task_managers(2);
     let out = c.dir.path().join("out");
-    let mut args = job_args(&out);
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "25".into();
+    let args = slow_job_args(&out);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     c.wait_job("temperature", 30, "running with a checkpoint", |j| {
@@ -444,9 +448,7 @@ fn a_paused_task_manager_resumed_after_the_job_moved_on_writes_nothing_that_coun
     }
     c.wait_for_task_managers(3);
     let out = c.dir.path().join("out");
-    let mut args = job_args(&out);
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "25".into(); // ~12 s: the pause, the recovery and the resume all happen mid-run
+    let args = slow_job_args(&out);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
@@ -554,9 +556,7 @@ fn a_checkpoint_storage_outage_is_retried_by_the_job_manager_until_the_storage_i
     c.start_taskmanager("tm-2", 2);
     c.wait_for_task_managers(2);
     let out = c.dir.path().join("out");
-    let mut args = job_args(&out);
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "25".into(); // ~12 s
+    let args = slow_job_args(&out);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     c.wait_job("temperature", 30, "running with a checkpoint", |j| {
