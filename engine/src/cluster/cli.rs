@@ -45,6 +45,11 @@ enum Commands {
         /// A task manager or executor silent this long is declared failed.
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
         heartbeat_timeout_ms: u64,
+        /// Listen on addresses other hosts reach (--bind, --rpc-bind off loopback) although the
+        /// cluster has no authentication yet: anyone who reaches the ports can run programs
+        /// on every task manager. Only on a network nobody else is on.
+        #[arg(long)]
+        insecure_allow_remote: bool,
         /// Restarts allowed within --restart-window-secs; one more failure fails the job.
         #[arg(long, default_value_t = 10)]
         max_restarts: u32,
@@ -173,6 +178,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             checkpoint_dir,
             data_dir,
             heartbeat_timeout_ms,
+            insecure_allow_remote,
             max_restarts,
             restart_window_secs,
             restart_backoff_ms,
@@ -190,6 +196,7 @@ fn run(command: Commands) -> Result<ExitCode> {
                 checkpoint_s3: env.checkpoints.storage.s3,
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                allow_remote: insecure_allow_remote,
                 restart: RestartStrategy {
                     initial_backoff: Duration::from_millis(restart_backoff_ms),
                     max_backoff: Duration::from_millis(restart_backoff_max_ms.max(restart_backoff_ms)),

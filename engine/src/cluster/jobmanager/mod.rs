@@ -59,6 +59,9 @@ pub struct JobManagerConfig {
     pub data_dir: PathBuf,
     /// A task manager or executor silent this long is declared failed (`--heartbeat-timeout-ms`).
     pub heartbeat_timeout: Duration,
+    /// Listen off loopback although the cluster has no authentication
+    /// (`--insecure-allow-remote`); refused otherwise.
+    pub allow_remote: bool,
     /// Restarts after failures.
     pub restart: RestartStrategy,
 }
@@ -73,6 +76,7 @@ impl Default for JobManagerConfig {
             checkpoint_s3: caudal_checkpoints::S3Config::default(),
             data_dir: PathBuf::from("data/jobmanager"),
             heartbeat_timeout: Duration::from_secs(5),
+            allow_remote: false,
             restart: RestartStrategy::default(),
         }
     }
@@ -126,6 +130,18 @@ impl JobManager {
     /// Binds both ports, resumes the jobs a previous run left unfinished, and serves.
     pub fn start(config: JobManagerConfig) -> Result<JobManager> {
         let mut config = config;
+        for (flag, addr) in [("--bind", config.http_bind), ("--rpc-bind", config.rpc_bind)] {
+            if !addr.ip().is_loopback() && !config.allow_remote {
+                return Err(Error::config(
+                    flag,
+                    format!(
+                        "refusing to listen on {addr}: the cluster has no authentication yet, so anyone who \
+                         reaches this port could upload a program and run it on every task manager. Bind to \
+                         127.0.0.1 (the default), or pass --insecure-allow-remote on a network only you control"
+                    ),
+                ));
+            }
+        }
         config.checkpoint_url = absolute_storage_url(&config.checkpoint_url)?;
         // Fail now, naming the setting, rather than at the first checkpoint.
         caudal_checkpoints::CheckpointStorageConfig {
