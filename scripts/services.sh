@@ -9,7 +9,8 @@
 #   scripts/services.sh restart [SERVICE...]  stop then start
 #   scripts/services.sh purge  [SERVICE...]   stop, then delete their data (PostgreSQL's too)
 #
-# SERVICE: kafka registry postgres redis s3 (default: all). See scripts/README.md.
+# SERVICE: kafka registry postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
+# cluster, only when named). See scripts/README.md.
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -32,16 +32,22 @@ fn reading(sensor_id: u64, ts: i64, temp_c: f64) -> Record<Reading> {
     Record::new(ts, Reading { sensor_id, ts, temp_c })
 }
 
+/// The Redis tests of this module one at a time: the script cache is the server's, and a
+/// test that flushes it must not see another test load the script again in between.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Setup {
     url: String,
     prefix: String,
     conn: ::redis::Connection,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 fn setup(what: &str) -> Option<Setup> {
     let url = service("CAUDAL_REDIS_URL")?;
+    let serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let conn = ::redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
-    Some(Setup { url, prefix: format!("{}:sensor:", unique(what)), conn })
+    Some(Setup { url, prefix: format!("{}:sensor:", unique(what)), conn, _serial: serial })
 }
 
 impl Setup {
