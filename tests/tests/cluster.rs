@@ -20,7 +20,7 @@ use cluster_support::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A bounded, throttled run (as in jobs/tests/recovery.rs): 20 sensors, 6,000 readings at
 /// 1,500/s (~4 s), 1-second windows, checkpoints every 300 ms.
@@ -537,7 +537,7 @@ fn a_job_binary_prints_its_plan() {
     assert_eq!(doc["checkpoints"]["interval_ms"], 60_000);
 }
 
-/// Checkpoint storage (S3) unreachable for 4 s while a cluster job runs: the attempt fails at
+/// Checkpoint storage (S3) unreachable while a cluster job runs: the attempt fails at
 /// its first failed checkpoint (tolerable 0); while the storage is away the job manager's
 /// listing of the checkpoints and the executors' restores fail too — retryable, so the job
 /// manager restarts with backoff rather than failing the job for good — and once it is back
@@ -562,9 +562,12 @@ fn a_checkpoint_storage_outage_is_retried_by_the_job_manager_until_the_storage_i
     c.wait_job("temperature", 30, "running with a checkpoint", |j| {
         status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
     });
+    // Away until an attempt after the first failure met the outage too (the S3 client's own
+    // retries absorb a short one): the job manager must retry that, not fail the job.
     link.cut();
-    c.wait_job("temperature", 30, "failing over the outage", |j| j["restarts"].as_u64() >= Some(1));
-    std::thread::sleep(Duration::from_secs(4));
+    c.wait_job("temperature", 60, "a second attempt failing on the outage", |j| {
+        j["failures"].as_array().is_some_and(|f| f.len() >= 2)
+    });
     link.restore();
     let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
     let causes: Vec<&str> =
@@ -573,7 +576,7 @@ fn a_checkpoint_storage_outage_is_retried_by_the_job_manager_until_the_storage_i
     // manager's listing or an executor's restore): retried, not the end of the job.
     assert!(causes.len() >= 2, "{done:#}");
     assert!(causes.iter().skip(1).all(|c| c.contains("checkpoint storage")), "{causes:#?}");
-    assert_equals_expected(&out, "a 4 s checkpoint storage outage in a cluster job");
+    assert_equals_expected(&out, "a checkpoint storage outage in a cluster job");
     eprintln!("restarts {}; causes: {causes:#?}", done["restarts"]);
     caudal_checkpoints::store::delete_dir(&s3::store(&url, &s3), "").unwrap();
 }
