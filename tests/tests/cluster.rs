@@ -399,6 +399,26 @@ fn a_killed_job_manager_is_restarted_and_resumes_the_job() {
     let done = c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
     assert!(done["detail"].is_string(), "{done:#}");
     assert_equals_expected(&out, "job manager killed and restarted");
+
+    // Killed again after the job ended: the next job manager lists it as it ended and does
+    // not run it again (the soak once killed it in that moment and found no job at all).
+    c.kill_jobmanager();
+    c.start_jobmanager();
+    let listed = c.wait_job("temperature", 30, "listed", |_| true);
+    assert_eq!(status(&listed), "FINISHED", "{listed:#}");
+    assert_eq!(listed["last_checkpoint"], done["last_checkpoint"], "{listed:#}");
+    let o = c.cli(&["cancel", "temperature", "--jobmanager", &c.url()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("already ended"),
+        "cancel of an ended job: {}",
+        stderr(&o)
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let still = c.job("temperature").unwrap();
+    assert_eq!((status(&still), &still["attempt"]), ("FINISHED", &done["attempt"]), "{}", c.logs());
+    let logs = c.logs();
+    assert_eq!(logs.matches("resuming job `temperature`").count(), 1, "resumed once only:\n{logs}");
+    assert_equals_expected(&out, "job manager restarted after the job ended");
 }
 
 /// The coordinator's crash points armed in the job manager of a cluster job (#12): it

@@ -44,9 +44,11 @@ fn finish(cluster: &Cluster, job: &ClusterJob, status: JobStatus, detail: String
     job.view.set_status(status);
     job.set_detail(detail);
     job.state.lock().task_managers.clear();
+    let view = job.summary();
     let spec = {
         let mut spec = job.spec.lock();
         spec.final_status = Some(format!("{status:?}").to_uppercase());
+        spec.ended = Some(view);
         spec.clone()
     };
     if let Err(e) = cluster.records.save(&spec) {

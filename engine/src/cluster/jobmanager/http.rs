@@ -130,7 +130,11 @@ fn chunks(file: tokio::fs::File) -> impl futures::Stream<Item = std::io::Result<
 
 async fn list(State(c): St) -> Json<Vec<ClusterJobView>> {
     let jobs: Vec<_> = c.jobs.lock().values().cloned().collect();
-    Json(jobs.iter().map(|j| j.summary()).collect())
+    let mut views: Vec<ClusterJobView> = jobs.iter().map(|j| j.summary()).collect();
+    let ended = c.ended.lock();
+    views.extend(ended.values().filter(|e| !jobs.iter().any(|j| j.name() == e.name)).cloned());
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    Json(views)
 }
 
 async fn submit_job(
@@ -151,7 +155,7 @@ async fn submit_job(
 
 async fn cancel(State(c): St, Path(name): Path<String>) -> Response {
     let Some(job) = c.jobs.lock().get(&name).cloned() else {
-        return error(StatusCode::NOT_FOUND, format!("no job named `{name}`"));
+        return not_running(&c, &name);
     };
     let status = job.view.status();
     if is_final(status) {
@@ -159,6 +163,14 @@ async fn cancel(State(c): St, Path(name): Path<String>) -> Response {
     }
     job.view.cancel();
     (StatusCode::ACCEPTED, Json(job.summary())).into_response()
+}
+
+/// The answer to a cancel or stop of a job this job manager does not run.
+fn not_running(c: &Cluster, name: &str) -> Response {
+    match c.ended.lock().get(name) {
+        Some(e) => error(StatusCode::CONFLICT, format!("job `{name}` has already ended ({:?})", e.status)),
+        None => error(StatusCode::NOT_FOUND, format!("no job named `{name}`")),
+    }
 }
 
 /// The body of a stop (optional).
@@ -171,7 +183,7 @@ pub struct StopRequest {
 
 async fn stop(State(c): St, Path(name): Path<String>, body: axum::body::Bytes) -> Response {
     let Some(job) = c.jobs.lock().get(&name).cloned() else {
-        return error(StatusCode::NOT_FOUND, format!("no job named `{name}`"));
+        return not_running(&c, &name);
     };
     let request: StopRequest = if body.iter().all(u8::is_ascii_whitespace) {
         StopRequest::default()

@@ -29,6 +29,10 @@ pub(crate) struct JobSpec {
     /// The final status once reached (`FINISHED`, `CANCELED`, `FAILED`).
     #[serde(default)]
     pub(crate) final_status: Option<String>,
+    /// How the job ended, as the job list showed it then: a restarted job manager lists it
+    /// again (and never runs it again).
+    #[serde(default)]
+    pub(crate) ended: Option<ClusterJobView>,
 }
 
 /// Where job specs are kept: `<data-dir>/jobs/<name>.json`.

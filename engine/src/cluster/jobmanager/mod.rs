@@ -100,6 +100,9 @@ pub(crate) struct Cluster {
     pub(crate) rpc_addr: SocketAddr,
     pub(crate) tms: TaskManagers,
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<ClusterJob>>>,
+    /// Jobs that had ended before this job manager started (from their records), as they
+    /// ended: listed, never run again.
+    pub(crate) ended: Mutex<BTreeMap<String, ClusterJobView>>,
     pub(crate) blobs: BlobStore,
     pub(crate) records: JobRecords,
     pub(crate) registry: Arc<JobRegistry>,
@@ -159,6 +162,7 @@ impl JobManager {
             rpc_addr,
             tms: TaskManagers::default(),
             jobs: Mutex::new(BTreeMap::new()),
+            ended: Mutex::new(BTreeMap::new()),
             blobs: BlobStore::open(&config.data_dir.join("blobs"))?,
             records: JobRecords::open(&config.data_dir)?,
             registry: registry.clone(),

@@ -98,22 +98,28 @@ pub(crate) fn submit(cluster: &Arc<Cluster>, req: SubmitRequest) -> Result<Clust
         checkpoint_floor: floor,
         submitted_ms: crate::job::now_ms(),
         final_status: None,
+        ended: None,
     };
     cluster.records.save(&spec).map_err(|e| Refused::Invalid(e.to_string()))?;
     let job = Arc::new(ClusterJob::new(spec, doc));
     job.set_detail("created: waiting for slots");
+    cluster.ended.lock().remove(&name);
     cluster.launch(job.clone()).map_err(|e| Refused::Invalid(e.to_string()))?;
     eprintln!("caudal jobmanager: job `{name}` submitted ({needed} slots)");
     Ok(job.summary())
 }
 
-/// Starts again every recorded job that had not ended (after a job manager restart).
 /// Tries at reading a job's plan from its binary when a restarted job manager resumes it.
 const RESUME_PLAN_TRIES: u32 = 5;
 
+/// Starts again every recorded job that had not ended (after a job manager restart), and
+/// lists again those that had (as they ended; they never run again).
 pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
     for spec in cluster.records.load_all() {
         if spec.final_status.is_some() {
+            if let Some(view) = spec.ended {
+                cluster.ended.lock().insert(spec.name, view);
+            }
             continue;
         }
         let name = spec.name.clone();
