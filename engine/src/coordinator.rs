@@ -1,14 +1,14 @@
-//! The checkpoint coordinator of an embedded job: triggers barriers at the sources,
-//! collects acks, writes the metadata last (then the checkpoint is complete), notifies every
-//! task, applies retention. What a run restores from is `crate::restore`'s.
+//! The checkpoint coordinator of a job: triggers barriers at the sources, collects acks,
+//! writes the metadata last (then the checkpoint is complete), notifies every participant,
+//! applies retention. What a run restores from is `crate::restore`'s.
 //!
 //! The protocol's state lives in `caudal_checkpoints::PendingCheckpoint` (pure logic); this
-//! file is the I/O edge: channels to tasks and the checkpoint store.
+//! file is the I/O edge: the checkpoint store, and the [`Participants`] it talks to — the
+//! tasks of this process in embedded mode, the executors of an attempt in a cluster.
 
 use crate::config::CheckpointConfig;
 use crate::job::{now_ms, CheckpointStats, JobView, TaskCheckpointStats};
-use crate::runtime::executor::RunningTask;
-use crate::runtime::task::{CheckpointAck, TaskCommand};
+use crate::runtime::task::CheckpointAck;
 use crate::types::{CheckpointBarrier, CheckpointId};
 use crate::{Error, Result};
 use caudal_checkpoints::metadata::checkpoint_dirs;
@@ -22,6 +22,16 @@ use std::time::{Duration, Instant};
 
 fn state_err(e: caudal_checkpoints::Error) -> Error {
     Error::CheckpointStorage { context: "checkpoint storage".into(), source: Box::new(e) }
+}
+
+/// Who takes part in the checkpoints: what the coordinator tells, and the one thing it asks.
+pub(crate) trait Participants {
+    /// Take checkpoint `barrier.id` now (sent to the sources, which inject the barrier).
+    fn trigger(&self, barrier: CheckpointBarrier);
+    /// Checkpoint `id` is complete: commit (sent to every task).
+    fn complete(&self, id: CheckpointId);
+    /// True once any task has ended: it can take part in no further checkpoint.
+    fn any_finished(&self) -> bool;
 }
 
 /// Opens the job's checkpoint storage: `<storage>/<job>/`.
@@ -175,7 +185,7 @@ impl Coordinator {
         })
     }
 
-    fn trigger(&mut self, tasks: &[RunningTask], view: &JobView) {
+    fn trigger(&mut self, tasks: &dyn Participants, view: &JobView) {
         let id = self.next_id;
         self.next_id = id.next();
         let trigger_ms = now_ms();
@@ -189,9 +199,7 @@ impl Coordinator {
             self.operators.clone(),
         )
         .with_lineage(self.lineage.clone());
-        for t in tasks.iter().filter(|t| t.is_source) {
-            let _ = t.commands.send(TaskCommand::TriggerCheckpoint(barrier));
-        }
+        tasks.trigger(barrier);
         view.record_checkpoint(CheckpointStats {
             id: id.0,
             status: "IN_PROGRESS".into(),
@@ -247,7 +255,7 @@ impl Coordinator {
         }
     }
 
-    fn on_ack(&mut self, ack: CheckpointAck, tasks: &[RunningTask], view: &Arc<JobView>) -> Result<()> {
+    fn on_ack(&mut self, ack: CheckpointAck, tasks: &dyn Participants, view: &Arc<JobView>) -> Result<()> {
         let Some(f) = self.in_flight.as_mut() else { return Ok(()) };
         if ack.checkpoint != f.pending.id() {
             return Ok(()); // a late ack of an aborted checkpoint
@@ -301,7 +309,7 @@ impl Coordinator {
         Ok(())
     }
 
-    fn complete(&mut self, tasks: &[RunningTask], view: &Arc<JobView>) -> Result<()> {
+    fn complete(&mut self, tasks: &dyn Participants, view: &Arc<JobView>) -> Result<()> {
         let Some(mut f) = self.in_flight.take() else { return Ok(()) };
         let id = f.pending.id();
         crate::crash::point(crate::crash::BEFORE_METADATA, id);
@@ -320,9 +328,7 @@ impl Coordinator {
             }
         }
         crate::crash::point(crate::crash::AFTER_METADATA_BEFORE_NOTIFY, id);
-        for t in tasks {
-            let _ = t.commands.send(TaskCommand::CheckpointComplete(id));
-        }
+        tasks.complete(id);
         self.last_completed = Some(id);
         self.last_end = Instant::now();
         self.failed_in_a_row = 0;
@@ -406,7 +412,7 @@ impl Coordinator {
     /// checkpoint, then tell the caller to stop the sources.
     pub(crate) fn tick(
         &mut self,
-        tasks: &[RunningTask],
+        tasks: &dyn Participants,
         view: &Arc<JobView>,
         stop_requested: bool,
     ) -> Result<Tick> {
@@ -430,7 +436,7 @@ impl Coordinator {
         // A task that finished cannot take part in a checkpoint: no more checkpoints. (Tasks
         // wait for the final checkpoint before they finish; one that finished failed, and the
         // job fails with its error.)
-        let some_finished = tasks.iter().any(|t| t.thread.is_finished());
+        let some_finished = tasks.any_finished();
         if some_finished {
             if self.in_flight.is_some() {
                 self.fail(view, "a task finished before acknowledging".into());

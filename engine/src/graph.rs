@@ -94,7 +94,7 @@ pub(crate) struct Edge {
     pub(crate) kind: EdgeKind,
     pub(crate) make_output: OutputFactory,
     /// Serializes the edge's batches when its ends run in different processes (cluster mode).
-    pub(crate) codec: crate::cluster::codec::BatchCodec,
+    pub(crate) codec: crate::runtime::codec::BatchCodec,
 }
 
 pub(crate) struct Node {

@@ -146,9 +146,9 @@ pub struct JobView {
     /// Set while a checkpoint coordinator drives the job: savepoints can be taken.
     checkpointing: std::sync::atomic::AtomicBool,
     /// Ends the job at once (no final checkpoint in cluster mode; embedded: as `stop`).
-    cancel: crate::StopHandle,
+    cancel: StopHandle,
     /// Ends the job after a final checkpoint.
-    stop: crate::StopHandle,
+    stop: StopHandle,
     /// The savepoint a stop asked for (copied from the final checkpoint).
     stop_savepoint: RwLock<Option<String>>,
     checkpoint_settings: RwLock<Option<CheckpointSettings>>,
@@ -169,8 +169,8 @@ impl JobView {
         name: &str,
         plan: JobPlan,
         metrics: Arc<MetricsRegistry>,
-        cancel: crate::StopHandle,
-        stop: crate::StopHandle,
+        cancel: StopHandle,
+        stop: StopHandle,
     ) -> Self {
         JobView {
             name: name.to_string(),
@@ -320,5 +320,21 @@ impl JobView {
     /// The savepoint a stop asked for.
     pub fn stop_savepoint(&self) -> Option<String> {
         self.stop_savepoint.read().clone()
+    }
+}
+
+/// Stops a running job cleanly (as Ctrl-C does): sources end, sinks flush.
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<std::sync::atomic::AtomicBool>);
+
+impl StopHandle {
+    /// Ask the job to stop.
+    pub fn stop(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A handle that sets `flag` (the job manager watches it for its cluster jobs).
+    pub(crate) fn from_flag(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        StopHandle(flag)
     }
 }

@@ -36,6 +36,7 @@ pub mod keygroup;
 pub mod metrics;
 pub mod operator;
 mod restore;
+mod run;
 mod runtime;
 pub mod savepoint;
 pub mod source;
@@ -45,15 +46,17 @@ pub mod testing;
 pub mod types;
 pub mod web;
 
-pub use api::env::{JobResult, ProgressFn, StopHandle, StreamEnv};
+pub use api::env::StreamEnv;
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{uid_safe, EdgeKind, JobPlan, PlanEdge, PlanNode};
+pub use job::StopHandle;
 pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };
 pub use operator::{new_attempt_id, LaterSnapshot, Operator, OperatorContext, Sink};
+pub use run::{JobResult, ProgressFn};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
 };

@@ -27,8 +27,8 @@
 //!
 //! **Cluster mode:** the job manager's API reaches executor processes the same way. Each
 //! executor reports its keyed subtasks when they run; the job manager registers a mailbox per
-//! subtask whose wake-up goes to the executor's proxy (`cluster::jobmanager::attempt`), which
-//! forwards the query over the executor's control connection as JSON. The executor puts it
+//! subtask whose wake-up goes to that executor's wake channel in the attempt
+//! (`cluster::jobmanager::attempt`), which forwards the query over the executor's control connection as JSON. The executor puts it
 //! into its own subtask's mailbox as above and sends the answer back; the job manager hands
 //! it to the waiting request. Executors that go away take their pending queries with them:
 //! the API then answers that the job is not running.

@@ -2,25 +2,18 @@
 
 use super::stream::{DataStream, Graph};
 use crate::config::JobConfig;
-use crate::coordinator::{Coordinator, Tick};
 use crate::graph::{JobPlan, NodeKind, SourceSetup};
-use crate::job::{JobStatus, JobView};
+use crate::job::StopHandle;
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
-use crate::restore::open_and_load_restore;
+use crate::run::{JobParts, JobResult, ProgressFn};
 use crate::runtime::chain::Fanout;
-use crate::runtime::executor::{build_tasks, compile, spawn, JobControl, JobStateEnv, RestoredState};
-use crate::runtime::state_dir::LocalStateDir;
+use crate::runtime::executor::{compile, JobControl};
 use crate::runtime::task::{SourceRunner, SourceTaskSettings};
-use crate::runtime::upload::Uploader;
 use crate::source::{Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy};
 use crate::types::Data;
-use crate::{Error, Result};
-use std::sync::atomic::Ordering;
+use crate::Result;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Called with the operators' counters every `progress_interval`.
-pub type ProgressFn = Box<dyn Fn(&[OperatorSnapshot], Duration) + Send>;
+use std::time::Duration;
 
 /// The entry point of a job: sources start here, `execute` runs the graph.
 ///
@@ -39,12 +32,11 @@ pub type ProgressFn = Box<dyn Fn(&[OperatorSnapshot], Duration) + Send>;
 /// assert_eq!(got, vec![4, 16, 36, 64, 100]);
 /// ```
 pub struct StreamEnv {
-    // pub(crate): cluster mode's executor (crate::cluster::executor) runs the same graph.
-    pub(crate) graph: Graph,
-    pub(crate) config: JobConfig,
-    pub(crate) metrics: Arc<MetricsRegistry>,
-    pub(crate) control: JobControl,
-    pub(crate) progress: Option<ProgressFn>,
+    graph: Graph,
+    config: JobConfig,
+    metrics: Arc<MetricsRegistry>,
+    control: JobControl,
+    progress: Option<ProgressFn>,
 }
 
 impl std::fmt::Debug for StreamEnv {
@@ -56,44 +48,6 @@ impl std::fmt::Debug for StreamEnv {
 impl Default for StreamEnv {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Stops a running job cleanly (as Ctrl-C does): sources end, sinks flush.
-#[derive(Clone, Debug)]
-pub struct StopHandle(Arc<std::sync::atomic::AtomicBool>);
-
-impl StopHandle {
-    /// Ask the job to stop.
-    pub fn stop(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// A handle that sets `flag` (the job manager watches it for its cluster jobs).
-    pub(crate) fn from_flag(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        StopHandle(flag)
-    }
-}
-
-/// What a finished job reports.
-#[derive(Debug, Clone)]
-pub struct JobResult {
-    /// Every operator's final counters.
-    pub operators: Vec<OperatorSnapshot>,
-    /// Wall-clock duration of the run.
-    pub elapsed: Duration,
-    /// The last completed checkpoint (restored or taken), if checkpointing was on.
-    pub last_checkpoint: Option<crate::types::CheckpointId>,
-    /// Every checkpoint of the run: status, duration, sizes, synchronous and upload times.
-    pub checkpoints: Vec<crate::job::CheckpointStats>,
-    /// The savepoint written on stop (`checkpoints.savepoint_on_stop`), as a restore path.
-    pub savepoint: Option<String>,
-}
-
-impl JobResult {
-    /// The final counters of the operator named `name`.
-    pub fn operator(&self, name: &str) -> Option<&OperatorSnapshot> {
-        self.operators.iter().find(|o| o.name == name)
     }
 }
 
@@ -126,7 +80,7 @@ impl StreamEnv {
 
     /// A handle that stops the job cleanly from another thread.
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.control.stop_requested.clone())
+        StopHandle::from_flag(self.control.stop_requested.clone())
     }
 
     /// Call `f` with the counters every `config.progress_interval`.
@@ -204,158 +158,22 @@ impl StreamEnv {
                 std::process::exit(0);
             }
             crate::cluster::role::ClusterRole::Executor(settings) => {
-                return crate::cluster::executor::run(self, job_name, settings);
+                return crate::cluster::executor::run(self.into_parts(), job_name, settings);
             }
         }
-        self.config.validate()?;
-        crate::crash::install(&self.config);
-        let started = Instant::now();
-        let graph = self.graph.borrow();
-        let compiled = compile(&graph, &self.config, job_name)?;
-        let checkpointing = self.config.checkpoints.enabled();
-        let (coordinator_parts, restored) = if checkpointing {
-            let (store, paths, restored) = open_and_load_restore(&self.config.checkpoints, &compiled.plan)?;
-            if let Some(name) = &self.config.checkpoints.savepoint_on_stop {
-                paths.savepoint_dir(name).map_err(|e| Error::config("savepoint_on_stop", e.to_string()))?;
-            }
-            (Some((store, paths)), restored)
-        } else {
-            (None, RestoredState::default())
-        };
-        let state_dir = LocalStateDir::create(self.config.state_dir.as_deref(), job_name)?;
-        let state = JobStateEnv {
-            // Every call is a run of its own, even a restore in the same process.
-            attempt: crate::operator::new_attempt_id(),
-            config: self.config.state.clone(),
-            dir: state_dir.path().to_path_buf(),
-            paths: coordinator_parts
-                .as_ref()
-                .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
-            store: coordinator_parts.as_ref().map(|(s, _)| s.clone()),
-            queries: Some(Arc::new(crate::state_query::StateQueries::new())),
-        };
-        let tasks = build_tasks(&graph, &compiled, &self.config, job_name, &self.metrics, &restored, &state)?;
-        drop(graph);
-        let stop_requested = self.control.stop_requested.clone();
-        if self.config.handle_signals {
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                // A second signal exits at once; the first asks for a clean stop.
-                signal_hook::flag::register_conditional_shutdown(sig, 130, stop_requested.clone())
-                    .map_err(|e| Error::io("installing the signal handler", e))?;
-                signal_hook::flag::register(sig, stop_requested.clone())
-                    .map_err(|e| Error::io("installing the signal handler", e))?;
-            }
-        }
-        let mut view = JobView::new(
-            job_name,
-            compiled.plan.clone(),
-            self.metrics.clone(),
-            self.stop_handle(),
-            self.stop_handle(),
-        );
-        if let Some(queries) = &state.queries {
-            view.state_queries = queries.clone();
-        }
-        let view = Arc::new(view);
-        view.set_status(JobStatus::Running);
-        let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
-        let mut coordinator = match coordinator_parts {
-            Some((store, paths)) => Some(Coordinator::new(
-                store,
-                paths,
-                self.config.checkpoints.clone(),
-                ack_rx,
-                restored.checkpoint,
-                caudal_checkpoints::Lineage {
-                    run: state.attempt.clone(),
-                    restored_from: restored.restore_points.clone(),
-                },
-                view.clone(),
-            )?),
-            None => None,
-        };
-        // The REST API and web UI, for as long as this call runs (dropped on return); after
-        // the coordinator, so that a savepoint can be asked for from the first request on.
-        let _web = match self.config.web_bind {
-            Some(addr) => {
-                let server =
-                    crate::web::WebServer::start_for_job(addr, view.clone(), &self.config.web_allowed_hosts);
-                Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
-            }
-            None => None,
-        };
-        let uploader = match &coordinator_parts_store(&state, coordinator.is_some()) {
-            Some(store) => Some(Uploader::start(store.clone())?),
-            None => None,
-        };
-        let handles = spawn(
-            tasks,
-            &self.control,
-            coordinator.as_ref().map(|_| ack_tx),
-            uploader.as_ref().and_then(Uploader::queue),
-        )?;
-        let mut last_progress = Instant::now();
-        let sources = handles.iter().filter(|h| h.is_source).count();
-        while handles.iter().any(|h| !h.thread.is_finished()) {
-            std::thread::sleep(Duration::from_millis(10));
-            // A stop, or every source at the end of its input: final checkpoint, then end.
-            let at_end = self.control.sources_at_end.load(Ordering::SeqCst) >= sources;
-            let stopping = stop_requested.load(Ordering::SeqCst) || at_end;
-            match coordinator.as_mut() {
-                Some(c) if !self.control.cancel.load(Ordering::SeqCst) => {
-                    // Sources stop after the final checkpoint; a job whose checkpoints fail
-                    // beyond what it tolerates, or whose final one is overdue, fails instead.
-                    match c.tick(&handles, &view, stopping) {
-                        Ok(Tick::StopSources) => self.control.stop.store(true, Ordering::SeqCst),
-                        Ok(Tick::Continue) => {}
-                        Err(e) => self.control.fail(e),
-                    }
-                }
-                _ if stopping => self.control.stop.store(true, Ordering::SeqCst),
-                _ => {}
-            }
-            if let (Some(every), Some(f)) = (self.config.progress_interval, &self.progress) {
-                if last_progress.elapsed() >= every {
-                    last_progress = Instant::now();
-                    f(&self.metrics.snapshot(), started.elapsed());
-                }
-            }
-        }
-        for h in handles {
-            let _ = h.thread.join();
-        }
-        if let Some(u) = uploader {
-            u.finish();
-        }
-        drop(state_dir);
-        if let Some(e) = self.control.failure.lock().take() {
-            view.record_failure(e.to_string());
-            view.set_status(JobStatus::Failed);
-            return Err(e);
-        }
-        let stopped = stop_requested.load(Ordering::SeqCst);
-        let asked = self.config.checkpoints.savepoint_on_stop.clone().or_else(|| view.stop_savepoint());
-        let savepoint = match (asked, &coordinator) {
-            (Some(name), Some(c)) if stopped => Some(c.savepoint_of_final_checkpoint(&name)?),
-            _ => None,
-        };
-        view.set_status(if stopped { JobStatus::Canceled } else { JobStatus::Finished });
-        Ok(JobResult {
-            operators: self.metrics.snapshot(),
-            elapsed: started.elapsed(),
-            last_checkpoint: coordinator.and_then(|c| c.last_completed),
-            checkpoints: view.checkpoints(),
-            savepoint,
-        })
+        crate::run::local::execute(self.into_parts(), job_name)
     }
-}
 
-/// The store uploads go to, when the job checkpoints.
-fn coordinator_parts_store(
-    state: &JobStateEnv,
-    checkpointing: bool,
-) -> Option<Arc<dyn caudal_checkpoints::CheckpointStore>> {
-    state.store.clone().filter(|_| checkpointing)
+    /// The graph and settings, for whoever runs the job.
+    fn into_parts(self) -> JobParts {
+        JobParts {
+            graph: self.graph,
+            config: self.config,
+            metrics: self.metrics,
+            control: self.control,
+            progress: self.progress,
+        }
+    }
 }
 
 struct IterSource<T> {

@@ -52,7 +52,7 @@ impl<T: Data> DataStream<T> {
             from: self.node,
             kind,
             make_output: output_factory::<T>(router),
-            codec: crate::cluster::codec::BatchCodec::of::<T>(),
+            codec: crate::runtime::codec::BatchCodec::of::<T>(),
         }
     }
 

@@ -14,14 +14,10 @@ use super::protocol::{
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
 use super::state_forward::ExecutorStateServer;
-use crate::api::env::{JobResult, StreamEnv};
 use crate::config::{JobConfig, RestoreFrom};
-use crate::restore::open_and_load_restore;
-use crate::runtime::executor::{build_tasks_placed, compile, spawn, JobStateEnv, RestoredState};
-use crate::runtime::state_dir::LocalStateDir;
+use crate::coordinator::Participants;
+use crate::run::{JobParts, JobResult, ProgressTicker, Run};
 use crate::runtime::task::CheckpointAck;
-use crate::runtime::task::TaskCommand;
-use crate::runtime::upload::Uploader;
 use crate::{Error, Result};
 use crossbeam_channel::TryRecvError;
 use std::net::{TcpListener, TcpStream};
@@ -70,8 +66,8 @@ fn connect(addr: &str) -> Result<TcpStream> {
     }
 }
 
-/// Runs the executor role of `env` to the end.
-pub(crate) fn run(env: StreamEnv, job_name: &str, settings: ExecutorSettings) -> Result<JobResult> {
+/// Runs the executor role of the job to the end.
+pub(crate) fn run(env: JobParts, job_name: &str, settings: ExecutorSettings) -> Result<JobResult> {
     if settings.watch_stdin {
         watch_stdin();
     }
@@ -97,7 +93,7 @@ pub(crate) fn run(env: StreamEnv, job_name: &str, settings: ExecutorSettings) ->
         }
         Err(_) => lost("no deployment from the job manager within 30 s"),
     };
-    let config = deployed_config(env.config(), &deployment);
+    let config = deployed_config(&env.config, &deployment);
     let outcome = run_deployed(&env, &config, job_name, &link, &deployment, data);
     let (error, retryable) = match &outcome {
         Ok(_) | Err(Error::Cancelled) => (None, false),
@@ -124,62 +120,25 @@ fn deployed_config(own: &JobConfig, d: &Deployment) -> JobConfig {
 }
 
 fn run_deployed(
-    env: &StreamEnv,
+    env: &JobParts,
     config: &JobConfig,
     job_name: &str,
     link: &Link<ToExecutor>,
     deployment: &Deployment,
     data: TcpListener,
 ) -> Result<JobResult> {
-    config.validate()?;
-    crate::crash::install(config);
-    let started = Instant::now();
-    let graph = env.graph.borrow();
-    let compiled = compile(&graph, config, job_name)?;
-    let checkpointing = config.checkpoints.enabled();
-    let (storage, restored) = if checkpointing {
-        let (store, paths, restored) = open_and_load_restore(&config.checkpoints, &compiled.plan)?;
-        (Some((store, paths)), restored)
-    } else {
-        (None, RestoredState::default())
-    };
-    // Keyed state backends, as in embedded mode (local working files, uploads to storage).
+    // The job manager's state browser reaches these through `state_forward`.
     let queries = Arc::new(crate::state_query::StateQueries::new());
     let mut state_server = ExecutorStateServer::new(queries.clone());
-    let state_dir = LocalStateDir::create(config.state_dir.as_deref(), job_name)?;
-    let state = JobStateEnv {
-        // The job manager's attempt: the same in every executor of it, new in the next one.
-        attempt: if deployment.attempt.is_empty() {
-            crate::operator::new_attempt_id()
-        } else {
-            deployment.attempt.clone()
-        },
-        config: config.state.clone(),
-        dir: state_dir.path().to_path_buf(),
-        paths: storage
-            .as_ref()
-            .map_or_else(|| caudal_checkpoints::CheckpointPaths::under(job_name), |(_, p)| p.clone()),
-        store: storage.as_ref().map(|(s, _)| s.clone()),
-        // The job manager's state browser reaches these through `state_forward`.
-        queries: Some(queries.clone()),
-    };
     // Subtasks of other executors' slots are built there; channels to them cross the network.
     let me = deployment.executor_index;
     let mut remote = match deployment.peers.get(me as usize) {
         Some(p) if deployment.peers.len() > 1 => Some(RemoteChannels::new(p.slots.iter().copied())),
         _ => None,
     };
-    let tasks = build_tasks_placed(
-        &graph,
-        &compiled,
-        config,
-        job_name,
-        &env.metrics,
-        &restored,
-        &state,
-        remote.as_mut(),
-    )?;
-    drop(graph);
+    // The job manager's attempt: the same in every executor of it, new in the next one.
+    let attempt = Some(deployment.attempt.clone());
+    let mut run = Run::prepare(env, config, job_name, attempt, queries, remote.as_mut())?;
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
     let control = env.control.clone();
     let mut senders = Vec::new();
@@ -187,11 +146,7 @@ fn run_deployed(
         let capacity = (config.channel_capacity / config.batch_size).max(1);
         senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control)?;
     }
-    let uploader = match state.store.clone().filter(|_| config.checkpoints.enabled()) {
-        Some(store) => Some(Uploader::start(store)?),
-        None => None,
-    };
-    let handles = spawn(tasks, &control, Some(ack_tx), uploader.as_ref().and_then(Uploader::queue))?;
+    let handles = run.spawn(&control, Some(ack_tx))?;
     let sources = handles.iter().filter(|h| h.is_source).count();
     let send = |m: &FromExecutor| {
         if let Err(e) = link.sender.send(m) {
@@ -200,7 +155,8 @@ fn run_deployed(
     };
     send(&FromExecutor::Running { tasks: handles.len(), sources, keyed: state_server.keyed() });
     let timeout = Duration::from_millis(deployment_timeout_ms(deployment));
-    let (mut last_sent, mut last_heard, mut last_progress) = (Instant::now(), Instant::now(), Instant::now());
+    let (mut last_sent, mut last_heard, mut progress) =
+        (Instant::now(), Instant::now(), ProgressTicker::new());
     let mut reported = (0, 0);
     loop {
         loop {
@@ -208,16 +164,8 @@ fn run_deployed(
                 Ok(Ok(msg)) => {
                     last_heard = Instant::now();
                     match msg {
-                        ToExecutor::TriggerCheckpoint(b) => {
-                            for h in handles.iter().filter(|h| h.is_source) {
-                                let _ = h.commands.send(TaskCommand::TriggerCheckpoint(b));
-                            }
-                        }
-                        ToExecutor::CheckpointComplete(id) => {
-                            for h in &handles {
-                                let _ = h.commands.send(TaskCommand::CheckpointComplete(id));
-                            }
-                        }
+                        ToExecutor::TriggerCheckpoint(b) => handles.trigger(b),
+                        ToExecutor::CheckpointComplete(id) => handles.complete(id),
                         ToExecutor::Stop => control.stop.store(true, Ordering::SeqCst),
                         // The attempt is over: exit now rather than wait for every task to
                         // notice (what this process leaves behind, a restore cleans up, as
@@ -263,28 +211,11 @@ fn run_deployed(
         if last_heard.elapsed() > timeout {
             lost(&format!("no word from the job manager for {timeout:?}"));
         }
-        if let (Some(every), Some(f)) = (config.progress_interval, &env.progress) {
-            if last_progress.elapsed() >= every {
-                last_progress = Instant::now();
-                f(&env.metrics.snapshot(), started.elapsed());
-            }
-        }
+        progress.tick(env, config.progress_interval, run.started);
         std::thread::sleep(Duration::from_millis(5));
     }
-    // A failed or cancelled job: give the tasks a moment to notice, never wait for ever.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while handles.iter().any(|h| !h.thread.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if let Some(e) = control.failure.lock().take() {
-        return Err(e);
-    }
-    for h in handles {
-        let _ = h.thread.join();
-    }
-    if let Some(u) = uploader {
-        u.finish();
-    }
+    let started = run.started;
+    run.finish(handles, &control)?;
     // What the tasks sent to other executors must be on the wire before this process ends.
     for s in senders {
         let _ = s.join();
@@ -306,7 +237,7 @@ fn deployment_timeout_ms(d: &Deployment) -> u64 {
 }
 
 /// The counters of the subtasks this executor runs (subtask `i` runs in slot `i`).
-fn local_counters(env: &StreamEnv, deployment: &Deployment) -> Vec<SubtaskCounters> {
+fn local_counters(env: &JobParts, deployment: &Deployment) -> Vec<SubtaskCounters> {
     let local = deployment.peers.get(deployment.executor_index as usize).map(|p| &p.slots);
     let mut out = Vec::new();
     for op in env.metrics.snapshot() {

@@ -30,7 +30,6 @@
 pub(crate) mod blob;
 pub mod cli;
 pub(crate) mod client;
-pub(crate) mod codec;
 pub(crate) mod executor;
 pub mod jobmanager;
 pub(crate) mod plan;

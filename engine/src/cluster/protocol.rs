@@ -252,31 +252,8 @@ pub(crate) fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<T
             format!("frame cut off after {} of {len} bytes", body.len()),
         ));
     }
-    decode_bounded(&body)
+    crate::runtime::codec::decode_bounded(&body)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("undecodable frame: {e}")))
-}
-
-/// Decodes bytes that came from another process. bincode allocates what a length prefix
-/// inside the message claims; without a limit, 10 hostile bytes claiming a string of
-/// 2^59 bytes abort the process. The limit grows with the input (claims count memory, which
-/// can be many times the encoded size: 256x, at least 1 MiB), so a peer can only make this
-/// process allocate in proportion to what it really sent.
-pub(crate) fn decode_bounded<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
-    use bincode::config::standard;
-    const KB: usize = 1024;
-    let n = bytes.len();
-    let decoded = if n <= 4 * KB {
-        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 1024 * KB }>())
-    } else if n <= 64 * KB {
-        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 16 * 1024 * KB }>())
-    } else if n <= 1024 * KB {
-        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 256 * 1024 * KB }>())
-    } else if n <= 16 * 1024 * KB {
-        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 4096 * 1024 * KB }>())
-    } else {
-        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 64 * 1024 * 1024 * KB }>())
-    };
-    decoded.map(|(v, _)| v)
 }
 
 /// The sending half of a connection, shareable between threads.

@@ -36,8 +36,8 @@ pub(crate) struct RemoteState {
 
 impl RemoteState {
     /// Registers a mailbox in the job's `queries` for each subtask in `keyed` (replacing
-    /// those of an earlier attempt); `wake` is the executor's proxy task, woken when a
-    /// query arrives.
+    /// those of an earlier attempt); `wake` is the executor's wake channel in the attempt,
+    /// woken when a query arrives.
     pub(crate) fn register(
         &mut self,
         queries: &StateQueries,

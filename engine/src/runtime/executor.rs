@@ -172,7 +172,10 @@ pub(crate) struct JobStateEnv {
     pub(crate) queries: Option<Arc<crate::state_query::StateQueries>>,
 }
 
-/// Builds every subtask of every task on the calling thread (factories are not `Send`).
+/// Builds the subtasks on the calling thread (factories are not `Send`): every subtask of
+/// every task, or with `remote` (cluster mode) only those of this process's slots, the
+/// channels that cross processes handed to `remote` (bridged by `cluster::shuffle`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_tasks(
     graph: &GraphBuilder,
     compiled: &Compiled,
@@ -181,22 +184,7 @@ pub(crate) fn build_tasks(
     metrics: &MetricsRegistry,
     restored: &RestoredState,
     state: &JobStateEnv,
-) -> Result<Vec<PhysicalTask>> {
-    build_tasks_placed(graph, compiled, config, job, metrics, restored, state, None)
-}
-
-/// Like [`build_tasks`]; with `remote` (cluster mode) only the subtasks of this process's
-/// slots, and the channels that cross processes handed to `remote` (see `cluster::shuffle`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn build_tasks_placed(
-    graph: &GraphBuilder,
-    compiled: &Compiled,
-    config: &JobConfig,
-    job: &str,
-    metrics: &MetricsRegistry,
-    restored: &RestoredState,
-    state: &JobStateEnv,
-    mut remote: Option<&mut crate::cluster::shuffle::RemoteChannels>,
+    mut remote: Option<&mut super::remote::RemoteChannels>,
 ) -> Result<Vec<PhysicalTask>> {
     let p = &compiled.parallelism;
     let node_metrics: Vec<Vec<Arc<SubtaskMetrics>>> = graph
@@ -225,7 +213,7 @@ pub(crate) fn build_tasks_placed(
                     let (tx, rx) = bounded(capacity);
                     if let Some(r) = remote.as_deref_mut() {
                         r.register(
-                            crate::cluster::shuffle::ChannelKey::new(v, k, i, j),
+                            super::remote::ChannelKey::new(v, k, i, j),
                             (&tx, &rx),
                             e.codec,
                             &node_metrics[e.from][i as usize],

@@ -3,11 +3,12 @@
 //! then run the checkpoint coordinator against the executors until the job finishes, is
 //! cancelled or fails — and always make sure every executor is gone before returning.
 //!
-//! The coordinator is the embedded one (`crate::coordinator`): it drives "tasks" through
-//! their command channels. Here one proxy task stands for each executor: what the
-//! coordinator sends it is forwarded over that executor's control connection, and its
-//! thread ends when the executor reports a finished task (so no checkpoint is triggered
-//! after that). Acks from every executor go to the one coordinator.
+//! The coordinator is the embedded one (`crate::coordinator`), and the executors are its
+//! [`Participants`]: a trigger or completion it sends in a tick is queued per executor and
+//! goes out over the control connections after the tick, in order, before any `Stop`
+//! ([`to_executors`]); once an executor reports a finished task no checkpoint is
+//! triggered any more. Acks from every executor go to the one coordinator. The stop rule
+//! is the embedded one too ([`StopRule`]).
 
 use super::taskmanagers::ExecutorEvent;
 use super::Cluster;
@@ -17,14 +18,15 @@ use crate::cluster::protocol::{
 };
 use crate::cluster::state_forward::RemoteState;
 use crate::config::{CheckpointConfig, RestoreFrom};
-use crate::coordinator::{open_store, Coordinator, Tick};
+use crate::coordinator::{open_store, Coordinator, Participants};
 use crate::job::JobStatus;
 use crate::restore::restore_points;
-use crate::runtime::executor::RunningTask;
+use crate::run::StopRule;
 use crate::runtime::task::{CheckpointAck, TaskCommand};
-use crate::types::CheckpointId;
+use crate::types::{CheckpointBarrier, CheckpointId};
 use caudal_checkpoints::Lineage;
 use crossbeam_channel::{unbounded, Receiver, Sender, TryRecvError};
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -65,11 +67,10 @@ struct Exec {
     finished: bool,
     sources_at_end: usize,
     last_heard: Instant,
-    /// Dropped when the executor reports a finished task: ends its proxy's thread.
-    done: Option<Sender<()>>,
-    commands: Option<Receiver<TaskCommand>>,
-    /// Its proxy task's command channel (state queries wake it).
-    wake: Option<Sender<TaskCommand>>,
+    /// The executor reported a finished task: it takes part in no further checkpoint.
+    tasks_finished: bool,
+    /// State queries for its keyed subtasks wake this channel (and are then forwarded).
+    wake: (Sender<TaskCommand>, Receiver<TaskCommand>),
     /// State browser queries to its keyed subtasks.
     state: RemoteState,
 }
@@ -220,9 +221,8 @@ impl Attempt<'_> {
                 finished: false,
                 sources_at_end: 0,
                 last_heard: Instant::now(),
-                done: None,
-                commands: None,
-                wake: None,
+                tasks_finished: false,
+                wake: unbounded(),
                 state: RemoteState::default(),
             });
         }
@@ -298,60 +298,39 @@ impl Attempt<'_> {
         self.run_deployed()
     }
 
+    /// The attempt's checkpoint coordinator, reading the executors' acks from `acks`. As
+    /// `CheckpointConfig::enabled` in the executors: a restored attempt checkpoints (at
+    /// least its final checkpoint), or its sinks would wait for completions forever.
+    fn coordinator(&self, acks: Receiver<CheckpointAck>) -> Result<Option<Coordinator>, Outcome> {
+        let name = self.job.name();
+        let checkpoints = self.job.doc.checkpoint_config(&self.cluster.config);
+        if checkpoints.interval.is_none() && self.restored.is_none() {
+            return Ok(None);
+        }
+        let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
+            let restore = CheckpointConfig {
+                restore: self.restore.clone().map(RestoreFrom::Path),
+                ..checkpoints.clone()
+            };
+            let restored_from = restore_points(&restore, store.as_ref(), &paths, &name)?;
+            let lineage = Lineage { run: self.attempt_id.clone(), restored_from };
+            Coordinator::new(store, paths, checkpoints, acks, self.restored, lineage, self.job.view.clone())
+        });
+        built.map(Some).map_err(|e| failed(format!("checkpoint coordinator: {e}")))
+    }
+
     fn run_deployed(&mut self) -> Outcome {
         let job = self.job;
-        let name = job.name();
-        let checkpoints = job.doc.checkpoint_config(&self.cluster.config);
         let (ack_tx, ack_rx) = unbounded();
-        // As `CheckpointConfig::enabled` in the executors: a restored attempt checkpoints
-        // (at least its final checkpoint), or its sinks would wait for completions forever.
-        let mut coordinator = if checkpoints.interval.is_some() || self.restored.is_some() {
-            let built = open_store(&checkpoints, &name).and_then(|(store, paths)| {
-                let restore = CheckpointConfig {
-                    restore: self.restore.clone().map(RestoreFrom::Path),
-                    ..checkpoints.clone()
-                };
-                let restored_from = restore_points(&restore, store.as_ref(), &paths, &name)?;
-                let lineage = Lineage { run: self.attempt_id.clone(), restored_from };
-                Coordinator::new(
-                    store,
-                    paths,
-                    checkpoints.clone(),
-                    ack_rx,
-                    self.restored,
-                    lineage,
-                    job.view.clone(),
-                )
-            });
-            match built {
-                Ok(c) => Some(c),
-                Err(e) => return failed(format!("checkpoint coordinator: {e}")),
-            }
-        } else {
-            None
+        let mut coordinator = match self.coordinator(ack_rx) {
+            Ok(c) => c,
+            Err(o) => return o,
         };
-        // The proxy tasks of the executors (see the module doc).
-        let mut proxies = Vec::new();
-        for e in &mut self.execs {
-            let (cmd_tx, cmd_rx) = unbounded::<TaskCommand>();
-            let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
-            let thread =
-                match std::thread::Builder::new().name("caudal-executor-proxy".into()).spawn(move || {
-                    let _ = done_rx.recv();
-                }) {
-                    Ok(t) => t,
-                    Err(err) => return failed(format!("spawning an executor proxy: {err}")),
-                };
-            e.done = Some(done_tx);
-            e.commands = Some(cmd_rx);
-            e.wake = Some(cmd_tx.clone());
-            proxies.push(RunningTask { is_source: true, commands: cmd_tx, thread });
-        }
         let timeout = self.cluster.config.heartbeat_timeout;
         let total_sources = job.doc.source_subtasks();
         let deployed = Instant::now();
         let mut last_sent = Instant::now();
-        let mut stop_sent = false;
+        let mut rule = StopRule::new();
         loop {
             if self.cancelled() {
                 return Outcome::Canceled;
@@ -361,72 +340,8 @@ impl Attempt<'_> {
             if let Some(o) = self.drain_events(Duration::ZERO) {
                 return o;
             }
-            for e in &mut self.execs {
-                let Some(link) = &e.link else { continue };
-                loop {
-                    match link.incoming.try_recv() {
-                        Ok(Ok(msg)) => {
-                            e.last_heard = Instant::now();
-                            match msg {
-                                FromExecutor::Running { keyed, .. } => {
-                                    e.running = true;
-                                    if let Some(wake) = &e.wake {
-                                        e.state.register(&job.view.state_queries, &keyed, wake);
-                                    }
-                                }
-                                FromExecutor::StateAnswer { id, reply } => e.state.answer(id, reply),
-                                FromExecutor::Ack { checkpoint, subtask, snapshots, stats } => {
-                                    let snapshots = snapshots.and_then(|list| {
-                                        list.into_iter()
-                                            .map(|(uid, json)| {
-                                                serde_json::from_slice(&json)
-                                                    .map(|s| (uid, s))
-                                                    .map_err(|e| format!("undecodable snapshot: {e}"))
-                                            })
-                                            .collect::<Result<Vec<_>, String>>()
-                                    });
-                                    let stats = stats.stats();
-                                    let _ =
-                                        ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots, stats });
-                                }
-                                FromExecutor::Progress { sources_at_end, tasks_finished } => {
-                                    e.sources_at_end = sources_at_end;
-                                    if tasks_finished > 0 {
-                                        drop(e.done.take());
-                                    }
-                                }
-                                FromExecutor::Finished { error: None, .. } => e.finished = true,
-                                FromExecutor::Finished { error: Some(err), retryable } => {
-                                    return Outcome::Failed {
-                                        cause: format!("{}: {err}", e.name()),
-                                        retryable,
-                                        progressed: false,
-                                    }
-                                }
-                                FromExecutor::Metrics { subtasks } => job.record_counters(&subtasks),
-                                FromExecutor::Heartbeat | FromExecutor::DataPort { .. } => {}
-                            }
-                        }
-                        Ok(Err(reason)) => {
-                            e.link_closed = true;
-                            if e.finished {
-                                break;
-                            }
-                            return failed(format!("{}: control connection lost ({reason})", e.name()));
-                        }
-                        Err(TryRecvError::Disconnected) => {
-                            e.link_closed = true;
-                            if e.finished {
-                                break;
-                            }
-                            return failed(format!("{}: control connection lost", e.name()));
-                        }
-                        Err(TryRecvError::Empty) => break,
-                    }
-                }
-                if !e.finished && e.last_heard.elapsed() > timeout {
-                    return failed(format!("{} missed its heartbeats for {timeout:?}", e.name()));
-                }
+            if let Some(o) = self.poll_executors(&ack_tx, timeout) {
+                return o;
             }
             if self.execs.iter().all(|e| e.finished) {
                 let savepoint = job.view.stop_savepoint().filter(|_| job.stop.load(Ordering::SeqCst));
@@ -464,33 +379,25 @@ impl Attempt<'_> {
             }
             let at_end: usize = self.execs.iter().map(|e| e.sources_at_end).sum();
             let stopping = (total_sources > 0 && at_end >= total_sources) || job.stop.load(Ordering::SeqCst);
-            let mut stop_now = stopping && coordinator.is_none();
-            if let Some(c) = coordinator.as_mut() {
-                // As in embedded mode: Stop only after the final checkpoint completed;
-                // overdue or failing checkpoints fail the attempt.
-                match c.tick(&proxies, &job.view, stopping) {
-                    Ok(tick) => stop_now = tick == Tick::StopSources,
-                    Err(err) => return failed(format!("checkpoint coordinator: {err}")),
-                }
+            let outbox = Outbox::of(&self.execs);
+            // As in embedded mode: Stop only after the final checkpoint completed;
+            // overdue or failing checkpoints fail the attempt.
+            let stop = match rule.tick(coordinator.as_mut(), &outbox, &job.view, stopping) {
+                Ok(stop) => stop,
+                Err(err) => return failed(format!("checkpoint coordinator: {err}")),
+            };
+            if let Some(c) = &coordinator {
                 if c.last_completed != self.last_completed {
                     self.last_completed = c.last_completed;
                     job.state.lock().last_checkpoint = c.last_completed.map(|i| i.0);
                 }
             }
-            let stop = stop_now && !stop_sent;
-            stop_sent |= stop;
             if stop {
                 job.set_detail("final checkpoint taken, stopping");
             }
-            let commands: Vec<(Vec<TaskCommand>, bool)> = self
-                .execs
-                .iter()
-                .map(|e| {
-                    (e.commands.as_ref().map(|c| c.try_iter().collect()).unwrap_or_default(), e.finished)
-                })
-                .collect();
+            let woken: Vec<bool> = self.execs.iter().map(|e| e.wake.1.try_iter().count() > 0).collect();
             let execs = &mut self.execs;
-            let msgs = to_executors(commands, stop, |i| execs[i].state.forward());
+            let msgs = to_executors(outbox.queued.into_inner(), &woken, stop, |i| execs[i].state.forward());
             for (i, msg) in &msgs {
                 if let Err(o) = self.execs[*i].send(msg) {
                     return o;
@@ -498,6 +405,75 @@ impl Attempt<'_> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Reads what every executor sent since the last tick; the outcome when one failed,
+    /// lost its connection before finishing, or missed its heartbeats.
+    fn poll_executors(&mut self, ack_tx: &Sender<CheckpointAck>, timeout: Duration) -> Option<Outcome> {
+        let job = self.job;
+        for e in &mut self.execs {
+            let Some(link) = &e.link else { continue };
+            loop {
+                match link.incoming.try_recv() {
+                    Ok(Ok(msg)) => {
+                        e.last_heard = Instant::now();
+                        match msg {
+                            FromExecutor::Running { keyed, .. } => {
+                                e.running = true;
+                                e.state.register(&job.view.state_queries, &keyed, &e.wake.0);
+                            }
+                            FromExecutor::StateAnswer { id, reply } => e.state.answer(id, reply),
+                            FromExecutor::Ack { checkpoint, subtask, snapshots, stats } => {
+                                let snapshots = snapshots.and_then(|list| {
+                                    list.into_iter()
+                                        .map(|(uid, json)| {
+                                            serde_json::from_slice(&json)
+                                                .map(|s| (uid, s))
+                                                .map_err(|e| format!("undecodable snapshot: {e}"))
+                                        })
+                                        .collect::<Result<Vec<_>, String>>()
+                                });
+                                let stats = stats.stats();
+                                let _ = ack_tx.send(CheckpointAck { checkpoint, subtask, snapshots, stats });
+                            }
+                            FromExecutor::Progress { sources_at_end, tasks_finished } => {
+                                e.sources_at_end = sources_at_end;
+                                e.tasks_finished |= tasks_finished > 0;
+                            }
+                            FromExecutor::Finished { error: None, .. } => e.finished = true,
+                            FromExecutor::Finished { error: Some(err), retryable } => {
+                                return Some(Outcome::Failed {
+                                    cause: format!("{}: {err}", e.name()),
+                                    retryable,
+                                    progressed: false,
+                                });
+                            }
+                            FromExecutor::Metrics { subtasks } => job.record_counters(&subtasks),
+                            FromExecutor::Heartbeat | FromExecutor::DataPort { .. } => {}
+                        }
+                    }
+                    Ok(Err(reason)) => {
+                        e.link_closed = true;
+                        if e.finished {
+                            break;
+                        }
+                        return Some(failed(format!("{}: control connection lost ({reason})", e.name())));
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        e.link_closed = true;
+                        if e.finished {
+                            break;
+                        }
+                        return Some(failed(format!("{}: control connection lost", e.name())));
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            if !e.finished && e.last_heard.elapsed() > timeout {
+                return Some(failed(format!("{} missed its heartbeats for {timeout:?}", e.name())));
+            }
+        }
+        None
     }
 
     /// Makes sure every executor is gone: cancel it, ask its task manager to kill it, wait
@@ -547,33 +523,62 @@ impl Attempt<'_> {
     }
 }
 
+/// The executors as the coordinator's participants in one tick: what it sends is queued
+/// per executor (none to one whose subtasks all finished), to go out after the tick.
+struct Outbox {
+    finished: Vec<bool>,
+    tasks_finished: bool,
+    queued: RefCell<Vec<(usize, ToExecutor)>>,
+}
+
+impl Outbox {
+    fn of(execs: &[Exec]) -> Self {
+        Outbox {
+            finished: execs.iter().map(|e| e.finished).collect(),
+            tasks_finished: execs.iter().any(|e| e.tasks_finished),
+            queued: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn queue(&self, msg: impl Fn() -> ToExecutor) {
+        let mut q = self.queued.borrow_mut();
+        q.extend(self.finished.iter().enumerate().filter(|(_, f)| !**f).map(|(i, _)| (i, msg())));
+    }
+}
+
+impl Participants for Outbox {
+    fn trigger(&self, barrier: CheckpointBarrier) {
+        self.queue(|| ToExecutor::TriggerCheckpoint(barrier));
+    }
+
+    fn complete(&self, id: CheckpointId) {
+        self.queue(|| ToExecutor::CheckpointComplete(id));
+    }
+
+    fn any_finished(&self) -> bool {
+        self.tasks_finished
+    }
+}
+
 /// What the job manager sends its executors in one tick, in order, as (executor index,
-/// message): each executor's commands from the coordinator (none to one whose subtasks
-/// finished), then `Stop` to every executor when the job stops now. The final checkpoint's
-/// `CheckpointComplete` is among the commands of the tick that stops, and must reach every
-/// executor before any `Stop`: tasks commit it before they close their sinks (sent the
-/// other way round, the last epoch could stay pre-committed).
+/// message): the coordinator's messages of the tick, then the state queries of each
+/// executor that was woken for them, then `Stop` to every executor when the job stops now.
+/// The final checkpoint's `CheckpointComplete` is among the coordinator's messages of the
+/// tick that stops, and must reach every executor before any `Stop`: tasks commit it
+/// before they close their sinks (sent the other way round, the last epoch could stay
+/// pre-committed).
 fn to_executors(
-    commands: Vec<(Vec<TaskCommand>, bool)>,
+    queued: Vec<(usize, ToExecutor)>,
+    woken: &[bool],
     stop: bool,
     mut forward_state_queries: impl FnMut(usize) -> Vec<ToExecutor>,
 ) -> Vec<(usize, ToExecutor)> {
-    let executors = commands.len();
-    let mut msgs = Vec::new();
-    for (i, (commands, finished)) in commands.into_iter().enumerate() {
-        for cmd in commands {
-            let converted = match cmd {
-                TaskCommand::TriggerCheckpoint(b) => vec![ToExecutor::TriggerCheckpoint(b)],
-                TaskCommand::CheckpointComplete(id) => vec![ToExecutor::CheckpointComplete(id)],
-                TaskCommand::ServeStateQueries => forward_state_queries(i),
-            };
-            if !finished {
-                msgs.extend(converted.into_iter().map(|m| (i, m)));
-            }
-        }
+    let mut msgs = queued;
+    for (i, _) in woken.iter().enumerate().filter(|(_, w)| **w) {
+        msgs.extend(forward_state_queries(i).into_iter().map(|m| (i, m)));
     }
     if stop {
-        msgs.extend((0..executors).map(|i| (i, ToExecutor::Stop)));
+        msgs.extend((0..woken.len()).map(|i| (i, ToExecutor::Stop)));
     }
     msgs
 }
@@ -584,8 +589,13 @@ mod tests {
 
     #[test]
     fn the_final_checkpoints_completion_goes_out_before_any_stop() {
-        let done = || vec![TaskCommand::CheckpointComplete(CheckpointId(7))];
-        let msgs = to_executors(vec![(done(), false), (done(), false), (done(), true)], true, |_| Vec::new());
+        let outbox = Outbox {
+            finished: vec![false, false, true],
+            tasks_finished: true,
+            queued: RefCell::new(Vec::new()),
+        };
+        outbox.complete(CheckpointId(7));
+        let msgs = to_executors(outbox.queued.into_inner(), &[false; 3], true, |_| Vec::new());
         let order: Vec<String> = msgs.iter().map(|(i, m)| format!("{i}:{m:?}")).collect();
         assert_eq!(
             order,
@@ -598,9 +608,7 @@ mod tests {
             ],
             "a finished executor gets no commands, but the stop"
         );
-        let msgs = to_executors(vec![(vec![TaskCommand::ServeStateQueries], false)], false, |_| {
-            vec![ToExecutor::Heartbeat]
-        });
+        let msgs = to_executors(Vec::new(), &[true], false, |_| vec![ToExecutor::Heartbeat]);
         assert!(matches!(msgs.as_slice(), [(0, ToExecutor::Heartbeat)]), "{msgs:?}");
     }
 }

@@ -38,9 +38,34 @@ fn encode<T: Data>(batch: AnyBatch) -> Result<Vec<u8>> {
 }
 
 fn decode<T: Data>(bytes: &[u8]) -> Result<AnyBatch> {
-    let batch: Batch<T> = super::protocol::decode_bounded(bytes)
+    let batch: Batch<T> = decode_bounded(bytes)
         .map_err(|e| Error::Cluster(format!("decoding a batch of {}: {e}", std::any::type_name::<T>())))?;
     Ok(Box::new(batch))
+}
+
+/// Decodes bytes that came from another process. bincode allocates what a length prefix
+/// inside the message claims; without a limit, 10 hostile bytes claiming a string of
+/// 2^59 bytes abort the process. The limit grows with the input (claims count memory, which
+/// can be many times the encoded size: 256x, at least 1 MiB), so a peer can only make this
+/// process allocate in proportion to what it really sent.
+pub(crate) fn decode_bounded<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, bincode::error::DecodeError> {
+    use bincode::config::standard;
+    const KB: usize = 1024;
+    let n = bytes.len();
+    let decoded = if n <= 4 * KB {
+        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 1024 * KB }>())
+    } else if n <= 64 * KB {
+        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 16 * 1024 * KB }>())
+    } else if n <= 1024 * KB {
+        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 256 * 1024 * KB }>())
+    } else if n <= 16 * 1024 * KB {
+        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 4096 * 1024 * KB }>())
+    } else {
+        bincode::serde::decode_from_slice(bytes, standard().with_limit::<{ 64 * 1024 * 1024 * KB }>())
+    };
+    decoded.map(|(v, _)| v)
 }
 
 #[cfg(test)]
