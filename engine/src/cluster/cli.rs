@@ -235,27 +235,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             if !wait {
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut last = String::new();
-            loop {
-                std::thread::sleep(Duration::from_millis(500));
-                let jobs = client.jobs()?;
-                let Some(job) = jobs.into_iter().find(|j| j.name == view.name) else {
-                    return Err(Error::Cluster(format!(
-                        "job `{}` disappeared from the job manager",
-                        view.name
-                    )));
-                };
-                let line = format!("{:?}: {}", job.status, job.detail);
-                if line != last {
-                    eprintln!("{}: {line}", job.name);
-                    last = line;
-                }
-                match job.status {
-                    JobStatus::Finished => return Ok(ExitCode::SUCCESS),
-                    JobStatus::Failed | JobStatus::Canceled => return Ok(ExitCode::FAILURE),
-                    _ => {}
-                }
-            }
+            follow_until_ended(&client, &view.name)
         }
         Commands::List { json, jobmanager } => {
             let jobs = JobManagerClient::new(&jobmanager)?.jobs()?;
@@ -274,34 +254,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             if detach {
                 return Ok(ExitCode::SUCCESS);
             }
-            let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
-            loop {
-                std::thread::sleep(Duration::from_millis(100));
-                let list = client.savepoints(&job)?;
-                let Some(sp) = list.into_iter().find(|s| s.name == asked.name) else {
-                    return Err(Error::Cluster(format!("savepoint `{}` disappeared", asked.name)));
-                };
-                match sp.status.as_str() {
-                    "COMPLETED" => {
-                        println!("{}", sp.path.unwrap_or_default());
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    "FAILED" => {
-                        return Err(Error::Cluster(format!(
-                            "savepoint `{}` failed: {}",
-                            sp.name,
-                            sp.failure.unwrap_or_default()
-                        )))
-                    }
-                    _ if std::time::Instant::now() > deadline => {
-                        return Err(Error::Cluster(format!(
-                            "savepoint `{}` not written after {timeout_secs} s (status {})",
-                            sp.name, sp.status
-                        )))
-                    }
-                    _ => {}
-                }
-            }
+            wait_for_savepoint(&client, &job, &asked.name, timeout_secs)
         }
         Commands::Stop { job, savepoint, wait, jobmanager } => {
             let client = JobManagerClient::new(&jobmanager)?;
@@ -310,19 +263,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             if !wait {
                 return Ok(ExitCode::SUCCESS);
             }
-            loop {
-                std::thread::sleep(Duration::from_millis(200));
-                let Some(j) = client.jobs()?.into_iter().find(|j| j.name == job) else { break };
-                if matches!(j.status, JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled) {
-                    println!("job `{}` {:?}: {}", j.name, j.status, j.detail);
-                    return Ok(if j.status == JobStatus::Finished {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    });
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            wait_until_stopped(&client, &job)
         }
         Commands::Cancel { job, jobmanager } => {
             let view = JobManagerClient::new(&jobmanager)?.cancel(&job)?;
@@ -331,6 +272,78 @@ fn run(command: Commands) -> Result<ExitCode> {
         }
         Commands::External(args) => run_plugin(&args),
     }
+}
+
+/// `caudal submit --wait`: prints each change of the job's status until it ends.
+fn follow_until_ended(client: &JobManagerClient, name: &str) -> Result<ExitCode> {
+    let mut last = String::new();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let jobs = client.jobs()?;
+        let Some(job) = jobs.into_iter().find(|j| j.name == name) else {
+            return Err(Error::Cluster(format!("job `{name}` disappeared from the job manager")));
+        };
+        let line = format!("{:?}: {}", job.status, job.detail);
+        if line != last {
+            eprintln!("{}: {line}", job.name);
+            last = line;
+        }
+        match job.status {
+            JobStatus::Finished => return Ok(ExitCode::SUCCESS),
+            JobStatus::Failed | JobStatus::Canceled => return Ok(ExitCode::FAILURE),
+            _ => {}
+        }
+    }
+}
+
+/// `caudal savepoint` (without `--detach`): waits until the savepoint is written.
+fn wait_for_savepoint(
+    client: &JobManagerClient,
+    job: &str,
+    name: &str,
+    timeout_secs: u64,
+) -> Result<ExitCode> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let list = client.savepoints(job)?;
+        let Some(sp) = list.into_iter().find(|s| s.name == name) else {
+            return Err(Error::Cluster(format!("savepoint `{name}` disappeared")));
+        };
+        match sp.status.as_str() {
+            "COMPLETED" => {
+                println!("{}", sp.path.unwrap_or_default());
+                return Ok(ExitCode::SUCCESS);
+            }
+            "FAILED" => {
+                return Err(Error::Cluster(format!(
+                    "savepoint `{}` failed: {}",
+                    sp.name,
+                    sp.failure.unwrap_or_default()
+                )))
+            }
+            _ if std::time::Instant::now() > deadline => {
+                return Err(Error::Cluster(format!(
+                    "savepoint `{}` not written after {timeout_secs} s (status {})",
+                    sp.name, sp.status
+                )))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `caudal stop --wait`: waits until the job ended.
+fn wait_until_stopped(client: &JobManagerClient, job: &str) -> Result<ExitCode> {
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let Some(j) = client.jobs()?.into_iter().find(|j| j.name == job) else { break };
+        if matches!(j.status, JobStatus::Finished | JobStatus::Failed | JobStatus::Canceled) {
+            println!("job `{}` {:?}: {}", j.name, j.status, j.detail);
+            return Ok(if j.status == JobStatus::Finished { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `caudal X ARGS…` → `caudal-X ARGS…`, like git and cargo: tools outside the engine (the
