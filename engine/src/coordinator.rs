@@ -148,10 +148,13 @@ impl Coordinator {
         // Nothing of this job writes to its storage yet: what a killed run was writing can go.
         match store.sweep_interrupted_writes(paths.root()) {
             Ok(swept) if !swept.is_empty() => {
-                eprintln!("caudal: removed {} file(s) a killed run left half-written: {swept:?}", swept.len())
+                tracing::info!(
+                    "caudal: removed {} file(s) a killed run left half-written: {swept:?}",
+                    swept.len()
+                )
             }
             Ok(_) => {}
-            Err(e) => eprintln!("caudal: could not remove half-written files of a killed run: {e}"),
+            Err(e) => tracing::warn!("caudal: could not remove half-written files of a killed run: {e}"),
         }
         view.set_checkpoint_settings(crate::job::CheckpointSettings {
             interval_ms: config.interval.map(|i| i.as_millis() as u64),
@@ -227,7 +230,11 @@ impl Coordinator {
 
     fn fail(&mut self, view: &JobView, cause: String) {
         if let Some(f) = self.in_flight.take() {
-            eprintln!("caudal: checkpoint {} failed: {cause}", f.pending.id().0);
+            tracing::warn!(
+                checkpoint = f.pending.id().0,
+                "caudal: checkpoint {} failed: {cause}",
+                f.pending.id().0
+            );
             if let Some((_, name)) = self.savepoint.take_if(|(id, _)| *id == f.pending.id()) {
                 view.update_savepoint(&name, |s| {
                     s.status = "FAILED".into();
@@ -369,7 +376,7 @@ impl Coordinator {
         let config = RetentionConfig { retained_checkpoints: self.config.retained };
         let retain = move || {
             if let Err(e) = apply_retention(store.as_ref(), &paths, &job, &config) {
-                eprintln!("caudal: retention after checkpoint {}: {e}", id.0);
+                tracing::warn!("caudal: retention after checkpoint {}: {e}", id.0);
             }
         };
         self.retention = std::thread::Builder::new().name("caudal-retention".into()).spawn(retain).ok();
@@ -383,13 +390,13 @@ impl Coordinator {
         let copy = move || {
             let result = caudal_checkpoints::create_savepoint(store.as_ref(), &paths, id, &name, &job);
             match &result {
-                Ok(_) => eprintln!(
+                Ok(_) => tracing::info!(
                     "caudal: savepoint `{name}` of {} written to {}/{}savepoints/{name}",
                     id.label(),
                     store.location(),
                     paths.root()
                 ),
-                Err(e) => eprintln!("caudal: savepoint `{name}` of {}: {e}", id.label()),
+                Err(e) => tracing::warn!("caudal: savepoint `{name}` of {}: {e}", id.label()),
             }
             view.update_savepoint(&name, |s| match result {
                 Ok(_) => {
@@ -404,7 +411,7 @@ impl Coordinator {
         };
         match std::thread::Builder::new().name("savepoint-copy".into()).spawn(copy) {
             Ok(handle) => self.copies.push(handle),
-            Err(e) => eprintln!("caudal: cannot start the savepoint copy: {e}"),
+            Err(e) => tracing::warn!("caudal: cannot start the savepoint copy: {e}"),
         }
     }
 
@@ -506,7 +513,7 @@ impl Coordinator {
         caudal_checkpoints::create_savepoint(self.store.as_ref(), &self.paths, id, name, &self.job)
             .map_err(|e| Error::Operator(format!("savepoint `{name}` of {}: {e}", id.label())))?;
         let dir = self.paths.savepoint_dir(name).map_err(state_err)?;
-        eprintln!("caudal: savepoint of {} written to {}/{dir}", id.label(), self.store.location());
+        tracing::info!("caudal: savepoint of {} written to {}/{dir}", id.label(), self.store.location());
         Ok(format!("savepoints/{name}"))
     }
 

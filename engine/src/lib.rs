@@ -33,6 +33,7 @@ pub mod error;
 mod graph;
 pub mod job;
 pub mod keygroup;
+pub mod logging;
 pub mod metrics;
 pub mod operator;
 mod restore;

@@ -41,7 +41,11 @@ fn load_restore(
         RestoreFrom::Latest if config.fallback => match latest_completed_with_fallback(store, paths, job) {
             Ok(Some(r)) => {
                 for s in &r.skipped {
-                    eprintln!("caudal: skipping corrupt checkpoint {}: {}", s.checkpoint_id.label(), s.error);
+                    tracing::warn!(
+                        "caudal: skipping corrupt checkpoint {}: {}",
+                        s.checkpoint_id.label(),
+                        s.error
+                    );
                 }
                 Some(r.metadata)
             }
@@ -92,7 +96,7 @@ pub(crate) fn open_and_load_restore(
         None => RestoredState::default(),
     };
     if let Some(m) = &meta {
-        eprintln!("caudal: restoring job `{job}` from checkpoint {}", m.checkpoint_id.label());
+        tracing::info!("caudal: restoring job `{job}` from checkpoint {}", m.checkpoint_id.label());
         crate::crash::point(crate::crash::DURING_RESTORE, m.checkpoint_id);
     }
     Ok((store, paths, restored))
@@ -126,8 +130,8 @@ fn check_fits(meta: &CheckpointMetadata, plan: &JobPlan, allow_non_restored_stat
     }
     if allow_non_restored_state {
         for uid in &unmapped {
-            eprintln!(
-                "caudal: WARNING: dropping the state of operator `{uid}` of checkpoint {label}: this job has no operator with that uid (allow_non_restored_state)"
+            tracing::warn!(
+                "caudal: dropping the state of operator `{uid}` of checkpoint {label}: this job has no operator with that uid (allow_non_restored_state)"
             );
         }
         return Ok(());
@@ -173,7 +177,7 @@ fn descendants(
     let ids = match completed_checkpoints(store, paths) {
         Ok(ids) => ids,
         Err(e) => {
-            eprintln!("caudal: WARNING: listing the checkpoints after the restored one: {e}");
+            tracing::warn!("caudal: listing the checkpoints after the restored one: {e}");
             return Vec::new();
         }
     };
@@ -183,7 +187,7 @@ fn descendants(
         .filter_map(|id| match read_metadata(store, paths, id, job) {
             Ok(m) => m.descends_from(&ancestor).then_some(m),
             Err(e) => {
-                eprintln!("caudal: WARNING: reading {} (after the restored checkpoint): {e}", id.label());
+                tracing::warn!("caudal: reading {} (after the restored checkpoint): {e}", id.label());
                 None
             }
         })

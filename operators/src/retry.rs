@@ -101,7 +101,7 @@ impl RetryPolicy {
             match attempt(n) {
                 Ok(v) => {
                     if n > 0 {
-                        eprintln!(
+                        tracing::info!(
                             "caudal: {what}: succeeded after {n} retries ({:.1}s)",
                             start.elapsed().as_secs_f64()
                         );
@@ -119,7 +119,7 @@ impl RetryPolicy {
                             start.elapsed().as_secs_f64()
                         )));
                     }
-                    eprintln!("caudal: {what}: {cause}; retrying in {} ms", backoff.as_millis());
+                    tracing::warn!("caudal: {what}: {cause}; retrying in {} ms", backoff.as_millis());
                     retries.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(max);

@@ -205,7 +205,7 @@ impl RegistryClient {
                 other => break other?,
             };
             let wait = std::time::Duration::from_millis((20u64 << attempt).min(2000));
-            eprintln!("caudal: {why}; registering again in {wait:?} ({} of {ATTEMPTS})", attempt + 2);
+            tracing::warn!("caudal: {why}; registering again in {wait:?} ({} of {ATTEMPTS})", attempt + 2);
             std::thread::sleep(wait);
             attempt += 1;
         };

@@ -59,6 +59,7 @@ impl StreamEnv {
 
     /// An environment with `config`.
     pub fn with_config(config: JobConfig) -> Self {
+        crate::logging::init();
         StreamEnv {
             graph: Graph::default(),
             config,

@@ -204,7 +204,7 @@ fn run(command: Commands) -> Result<ExitCode> {
                     window: Duration::from_secs(restart_window_secs),
                 },
             })?;
-            eprintln!(
+            tracing::info!(
                 "caudal jobmanager: REST API and web UI at {}, control port {}",
                 jm.http_url(),
                 jm.rpc_addr()

@@ -31,7 +31,7 @@ pub(crate) const EXIT_LOST: i32 = 3;
 pub(crate) const EXIT_CANCELLED: i32 = 4;
 
 fn lost(what: &str) -> ! {
-    eprintln!("caudal executor {}: {what}: exiting", std::process::id());
+    tracing::warn!("caudal executor {}: {what}: exiting", std::process::id());
     std::process::exit(EXIT_LOST)
 }
 
@@ -47,7 +47,7 @@ fn watch_stdin() {
         }
     });
     if let Err(e) = spawned {
-        eprintln!("caudal executor: cannot watch the task manager: {e}");
+        tracing::warn!("caudal executor: cannot watch the task manager: {e}");
     }
 }
 
@@ -172,7 +172,10 @@ fn run_deployed(
                         // after a kill), so the next attempt starts sooner.
                         ToExecutor::Cancel => {
                             control.cancel.store(true, Ordering::SeqCst);
-                            eprintln!("caudal executor {}: cancelled by the job manager", std::process::id());
+                            tracing::info!(
+                                "caudal executor {}: cancelled by the job manager",
+                                std::process::id()
+                            );
                             std::process::exit(EXIT_CANCELLED);
                         }
                         ToExecutor::StateQuery { id, operator, subtask, request } => {

@@ -80,7 +80,7 @@ pub fn run(config: TaskManagerConfig) -> Result<()> {
             SessionEnd::Fatal(reason) => return Err(Error::Cluster(reason)),
             SessionEnd::Retry(reason) => {
                 if reason != announced {
-                    eprintln!("caudal taskmanager {}: {reason}; retrying every second", config.name);
+                    tracing::warn!("caudal taskmanager {}: {reason}; retrying every second", config.name);
                     announced = reason;
                 }
                 std::thread::sleep(Duration::from_secs(1));
@@ -102,7 +102,7 @@ impl Executors {
         for (id, (mut child, _stdin)) in self.running.drain() {
             let _ = child.kill();
             let _ = child.wait();
-            eprintln!("caudal taskmanager: killed executor {id}");
+            tracing::info!("caudal taskmanager: killed executor {id}");
         }
     }
 }
@@ -156,9 +156,11 @@ fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobSt
         Ok(Err(reason)) => return SessionEnd::Retry(format!("registering at {rpc}: {reason}")),
         Err(_) => return SessionEnd::Retry(format!("no answer to the registration at {rpc}")),
     }
-    eprintln!(
+    tracing::info!(
         "caudal taskmanager {}: registered at {} ({rpc}) with {} slots",
-        config.name, config.jobmanager, config.slots
+        config.name,
+        config.jobmanager,
+        config.slots
     );
     let mut executors = Executors::default();
     let (started_tx, started_rx) =
@@ -209,7 +211,7 @@ fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobSt
         while let Ok((id, result)) = started_rx.try_recv() {
             match result {
                 Ok((mut child, stdin)) => {
-                    eprintln!(
+                    tracing::info!(
                         "caudal taskmanager {}: started executor {id} (pid {})",
                         config.name,
                         child.id()
@@ -221,7 +223,7 @@ fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobSt
                     executors.running.insert(id, (child, stdin));
                 }
                 Err(error) => {
-                    eprintln!("caudal taskmanager {}: cannot start executor {id}: {error}", config.name);
+                    tracing::warn!("caudal taskmanager {}: cannot start executor {id}: {error}", config.name);
                     if send(&FromTaskManager::ExecutorFailedToStart { executor_id: id, error }).is_err() {
                         break;
                     }
@@ -237,7 +239,7 @@ fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobSt
         let mut lost = None;
         for (id, status) in exited {
             executors.running.remove(&id);
-            eprintln!("caudal taskmanager {}: executor {id} ended ({status})", config.name);
+            tracing::info!("caudal taskmanager {}: executor {id} ended ({status})", config.name);
             if let Err(e) = send(&FromTaskManager::ExecutorExited { executor_id: id, status }) {
                 lost = Some(format!("lost the job manager ({e})"));
             }
@@ -256,7 +258,11 @@ fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobSt
         }
     };
     link.sender.close();
-    eprintln!("caudal taskmanager {}: {end}: killing {} executors", config.name, executors.running.len());
+    tracing::info!(
+        "caudal taskmanager {}: {end}: killing {} executors",
+        config.name,
+        executors.running.len()
+    );
     executors.kill_all();
     SessionEnd::Retry(end)
 }

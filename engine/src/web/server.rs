@@ -79,7 +79,7 @@ impl WebServer {
                     tokio::select! {
                         r = axum::serve(listener, app) => {
                             if let Err(e) = r {
-                                eprintln!("caudal web server on {addr} stopped: {e}");
+                                tracing::error!("caudal web server on {addr} stopped: {e}");
                             }
                         }
                         _ = stopped => {}

@@ -493,7 +493,7 @@ impl<T> PostgresSink<T> {
                     }
                 })
             })?;
-            eprintln!("caudal: {}: rolled back {gid} (newer than the restored checkpoint)", self.what);
+            tracing::info!("caudal: {}: rolled back {gid} (newer than the restored checkpoint)", self.what);
         }
         Ok(())
     }

@@ -508,7 +508,7 @@ impl Attempt<'_> {
         }
         for e in &self.execs {
             if !(e.link_closed && e.process_gone) {
-                eprintln!(
+                tracing::error!(
                     "caudal jobmanager: {} did not confirm its end within {:?}",
                     e.name(),
                     self.cluster.config.heartbeat_timeout

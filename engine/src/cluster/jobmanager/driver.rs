@@ -52,9 +52,9 @@ fn finish(cluster: &Cluster, job: &ClusterJob, status: JobStatus, detail: String
         spec.clone()
     };
     if let Err(e) = cluster.records.save(&spec) {
-        eprintln!("caudal jobmanager: {e}");
+        tracing::warn!("caudal jobmanager: {e}");
     }
-    eprintln!("caudal jobmanager: job `{}` {:?}: {}", spec.name, status, job.state.lock().detail);
+    tracing::info!("caudal jobmanager: job `{}` {:?}: {}", spec.name, status, job.state.lock().detail);
 }
 
 /// Drives `job` until it reaches a final status.
@@ -88,7 +88,7 @@ pub(crate) fn drive(cluster: Arc<Cluster>, job: Arc<ClusterJob>) {
             Outcome::Finished => return finish(&cluster, &job, JobStatus::Finished, "finished".into()),
             Outcome::Canceled => return finish(&cluster, &job, JobStatus::Canceled, "canceled".into()),
             Outcome::Failed { cause, retryable, progressed } => {
-                eprintln!("caudal jobmanager: job `{}` failed: {cause}", job.name());
+                tracing::warn!(job = %job.name(), "caudal jobmanager: job `{}` failed: {cause}", job.name());
                 job.view.set_status(JobStatus::Failing);
                 job.view.record_failure(cause.clone());
                 if !retryable {

@@ -78,7 +78,7 @@ impl JobRecords {
                     .and_then(|d| serde_json::from_slice::<JobSpec>(&d).map_err(|e| e.to_string()))
                 {
                     Ok(s) => specs.push(s),
-                    Err(e) => eprintln!("caudal jobmanager: ignoring job record {}: {e}", p.display()),
+                    Err(e) => tracing::warn!("caudal jobmanager: ignoring job record {}: {e}", p.display()),
                 }
             }
         }

@@ -208,12 +208,12 @@ fn accept_loop(cluster: Arc<Cluster>, listener: TcpListener) {
                 let cluster = cluster.clone();
                 let _ = std::thread::Builder::new().name("caudal-hello".into()).spawn(move || {
                     if let Err(e) = on_connection(&cluster, s) {
-                        eprintln!("caudal jobmanager: control connection refused: {e}");
+                        tracing::warn!("caudal jobmanager: control connection refused: {e}");
                     }
                 });
             }
             Err(e) => {
-                eprintln!("caudal jobmanager: accepting a control connection: {e}");
+                tracing::warn!("caudal jobmanager: accepting a control connection: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -229,7 +229,7 @@ fn on_connection(cluster: &Arc<Cluster>, mut stream: TcpStream) -> std::io::Resu
             let link = Link::start(stream, &executor_id)?;
             let sender = link.sender.clone();
             if !cluster.tms.route(&executor_id, ExecutorEvent::Connected(link)) {
-                eprintln!(
+                tracing::warn!(
                     "caudal jobmanager: executor {executor_id} belongs to no current attempt: closing it"
                 );
                 sender.close();
@@ -261,7 +261,7 @@ fn serve_task_manager(
         cluster.tms.remove(name, &format!("task manager {name} ({location}) lost during registration"));
         return;
     }
-    eprintln!(
+    tracing::info!(
         "caudal jobmanager: task manager {name} registered from {location} ({}) with {slots} slots",
         link.peer
     );
@@ -300,6 +300,6 @@ fn serve_task_manager(
     };
     link.sender.close();
     let cause = format!("task manager {name} ({location}) lost: {reason}");
-    eprintln!("caudal jobmanager: {cause}");
+    tracing::warn!("caudal jobmanager: {cause}");
     cluster.tms.remove(name, &cause);
 }

@@ -105,7 +105,7 @@ pub(crate) fn submit(cluster: &Arc<Cluster>, req: SubmitRequest) -> Result<Clust
     job.set_detail("created: waiting for slots");
     cluster.ended.lock().remove(&name);
     cluster.launch(job.clone()).map_err(|e| Refused::Invalid(e.to_string()))?;
-    eprintln!("caudal jobmanager: job `{name}` submitted ({needed} slots)");
+    tracing::info!("caudal jobmanager: job `{name}` submitted ({needed} slots)");
     Ok(job.summary())
 }
 
@@ -124,7 +124,7 @@ pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
         }
         let name = spec.name.clone();
         if !cluster.blobs.contains(&spec.binary_sha256) {
-            eprintln!(
+            tracing::error!(
                 "caudal jobmanager: cannot resume job `{name}`: its binary {} is gone",
                 spec.binary_sha256
             );
@@ -136,7 +136,7 @@ pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
         let mut planned = plan_of_binary(&binary, &spec.args, spec.parallelism);
         for attempt in 2..=RESUME_PLAN_TRIES {
             let Err(e) = &planned else { break };
-            eprintln!("caudal jobmanager: reading the plan of job `{name}` to resume it failed ({e}); try {attempt} of {RESUME_PLAN_TRIES}");
+            tracing::warn!("caudal jobmanager: reading the plan of job `{name}` to resume it failed ({e}); try {attempt} of {RESUME_PLAN_TRIES}");
             std::thread::sleep(std::time::Duration::from_secs(1));
             planned = plan_of_binary(&binary, &spec.args, spec.parallelism);
         }
@@ -144,12 +144,14 @@ pub(crate) fn resume_jobs(cluster: &Arc<Cluster>) {
             Ok(doc) => {
                 let job = Arc::new(ClusterJob::new(spec, doc));
                 job.set_detail("resumed after a job manager restart: waiting for slots");
-                eprintln!("caudal jobmanager: resuming job `{name}` from its latest completed checkpoint");
+                tracing::info!(
+                    "caudal jobmanager: resuming job `{name}` from its latest completed checkpoint"
+                );
                 if let Err(e) = cluster.launch(job) {
-                    eprintln!("caudal jobmanager: cannot resume job `{name}`: {e}");
+                    tracing::error!("caudal jobmanager: cannot resume job `{name}`: {e}");
                 }
             }
-            Err(e) => eprintln!("caudal jobmanager: cannot resume job `{name}`: {e}"),
+            Err(e) => tracing::error!("caudal jobmanager: cannot resume job `{name}`: {e}"),
         }
     }
 }

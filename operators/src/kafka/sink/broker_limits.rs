@@ -28,8 +28,8 @@ pub(crate) fn check_broker_max_timeout(config: &KafkaSinkConfig) -> Result<()> {
         Ok(Some(max)) => max,
         Ok(None) => return Ok(()),
         Err(why) => {
-            eprintln!(
-                "caudal: warning: kafka sink into `{}`: could not read the brokers' {BROKER_MAX_TIMEOUT} \
+            tracing::warn!(
+                "caudal: kafka sink into `{}`: could not read the brokers' {BROKER_MAX_TIMEOUT} \
                  ({why}); a too long transaction.timeout.ms will only be refused at the first transaction",
                 config.topic
             );

@@ -118,9 +118,13 @@ impl Recovery<'_> {
     fn recommit(&self, txn: &RecordedTxn) -> Result<()> {
         match self.coordinator.end_txn(&txn.transactional_id, txn.producer_id, txn.producer_epoch, true) {
             Ok(()) => {
-                eprintln!(
+                tracing::info!(
                     "caudal: kafka sink into `{}`: committed `{}` of checkpoint {} (producer {} epoch {})",
-                    self.topic, txn.transactional_id, txn.checkpoint, txn.producer_id, txn.producer_epoch
+                    self.topic,
+                    txn.transactional_id,
+                    txn.checkpoint,
+                    txn.producer_id,
+                    txn.producer_epoch
                 );
                 Ok(())
             }
@@ -129,7 +133,7 @@ impl Recovery<'_> {
             }
             Err(e) => {
                 if let Some(later) = committed_in(self.later, txn) {
-                    eprintln!(
+                    tracing::warn!(
                         "caudal: kafka sink into `{}`: `{}` of checkpoint {} was committed by a later run that \
                          went on from this checkpoint (its checkpoint {later} no longer lists it; the coordinator \
                          refused it again: {e})",
@@ -164,7 +168,7 @@ impl Recovery<'_> {
                 .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
             let Some(state) = described else { break };
             if state.is_open() && !committed.contains(&id) {
-                eprintln!(
+                tracing::info!(
                     "caudal: kafka sink into `{}`: aborting `{id}` left open by an earlier run (producer {} epoch {})",
                     self.topic, state.producer_id, state.producer_epoch
                 );

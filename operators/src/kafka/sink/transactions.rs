@@ -389,7 +389,7 @@ impl Transactions {
 }
 
 fn tracing_warn(message: &str) {
-    eprintln!("caudal: warning: {message}");
+    tracing::warn!("caudal: {message}");
 }
 
 /// The first pending transaction (by age since its first record) that would outlive

@@ -394,7 +394,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                 }
                 Err(e) => {
                     // Transient (broker down, leader moving): librdkafka retries by itself.
-                    eprintln!("caudal: kafka source `{}`: {e}", self.topic);
+                    tracing::warn!("caudal: kafka source `{}`: {e}", self.topic);
                     continue;
                 }
             };
@@ -417,7 +417,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                 Err(DecodeError::BadData(reason)) => {
                     let n = self.bad_records.fetch_add(1, Ordering::Relaxed);
                     if n < 10 || n.is_power_of_two() {
-                        eprintln!(
+                        tracing::warn!(
                             "caudal: kafka source `{}`: bad record at partition {partition} offset {offset} \
                              ({} so far): {reason}",
                             self.topic,
@@ -487,7 +487,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         if tpl.count() > 0 {
             // For lag tools only: a failed commit is logged, never fatal.
             if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
-                eprintln!("caudal: kafka source `{}`: committing offsets to the group: {e}", self.topic);
+                tracing::warn!("caudal: kafka source `{}`: committing offsets to the group: {e}", self.topic);
             }
         }
         Ok(())
