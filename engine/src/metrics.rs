@@ -255,18 +255,43 @@ impl SubtaskMetrics {
         self.custom.lock().entry(name.to_string()).or_default().clone()
     }
 
-    /// Sets a counter and gauges to the values another process reported (cluster mode: the
-    /// job manager mirrors its executors' subtasks).
-    pub fn mirror(&self, counters: &[(String, u64)], gauges: &[(String, i64)]) {
+    /// This subtask's counters now.
+    pub fn snapshot(&self) -> SubtaskSnapshot {
+        SubtaskSnapshot {
+            records_in: self.records_in.load(Ordering::Relaxed),
+            records_out: self.records_out.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            watermark: self.watermark.load(Ordering::Relaxed),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            backpressured_ns: self.backpressured_ns.load(Ordering::Relaxed),
+            counters: self.custom_values(),
+            gauges: self.gauge_values(),
+            latency: self.latency(),
+        }
+    }
+
+    /// Shows what another process reported for this subtask (cluster mode: the job manager
+    /// mirrors its executors' subtasks; the latency histogram itself stays there).
+    pub fn mirror_snapshot(&self, s: &SubtaskSnapshot) {
+        self.records_in.store(s.records_in, Ordering::Relaxed);
+        self.records_out.store(s.records_out, Ordering::Relaxed);
+        self.bytes_in.store(s.bytes_in, Ordering::Relaxed);
+        self.bytes_out.store(s.bytes_out, Ordering::Relaxed);
+        self.watermark.store(s.watermark, Ordering::Relaxed);
+        self.busy_ns.store(s.busy_ns, Ordering::Relaxed);
+        self.backpressured_ns.store(s.backpressured_ns, Ordering::Relaxed);
         let mut custom = self.custom.lock();
-        for (name, value) in counters {
+        for (name, value) in &s.counters {
             custom.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
         }
         drop(custom);
-        let mut own = self.gauges.lock();
-        for (name, value) in gauges {
-            own.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
+        let mut gauges = self.gauges.lock();
+        for (name, value) in &s.gauges {
+            gauges.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
         }
+        drop(gauges);
+        self.latency.lock().summary = s.latency;
     }
 
     /// The current value of every custom counter.
@@ -293,12 +318,6 @@ impl SubtaskMetrics {
     /// p50/p99/max of the latency markers of the last 30-60 s (`None`: none arrived).
     pub fn latency(&self) -> Option<LatencySummary> {
         self.latency.lock().summary
-    }
-
-    /// Show `summary` as this subtask's latency (a job manager mirroring what an executor
-    /// process reported; the histogram itself stays there).
-    pub fn mirror_latency(&self, summary: Option<LatencySummary>) {
-        self.latency.lock().summary = summary;
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -367,8 +386,9 @@ pub struct OperatorSnapshot {
     pub latency: Option<LatencySummary>,
 }
 
-/// One subtask's counters.
-#[derive(Debug, Clone, Serialize)]
+/// One subtask's counters: what the REST API shows, and what an executor reports to its job
+/// manager (cluster mode), which mirrors it ([`SubtaskMetrics::mirror_snapshot`]).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SubtaskSnapshot {
     /// Records in.
     pub records_in: u64,
@@ -385,10 +405,8 @@ pub struct SubtaskSnapshot {
     /// Nanoseconds backpressured.
     pub backpressured_ns: u64,
     /// Custom counters (the operator's view sums them).
-    #[serde(skip)]
     pub counters: BTreeMap<String, u64>,
-    /// Gauges.
-    #[serde(skip)]
+    /// Gauges (per Kafka partition: end offset, checkpointed offset, lag, …).
     pub gauges: BTreeMap<String, i64>,
     /// Record latency (from latency markers; `None`: none arrived).
     pub latency: Option<LatencySummary>,
@@ -418,22 +436,7 @@ impl MetricsRegistry {
         let ops = self.operators.lock();
         ops.iter()
             .map(|op| {
-                let subtasks: Vec<SubtaskSnapshot> = op
-                    .subtasks
-                    .iter()
-                    .map(|s| SubtaskSnapshot {
-                        records_in: s.records_in.load(Ordering::Relaxed),
-                        records_out: s.records_out.load(Ordering::Relaxed),
-                        bytes_in: s.bytes_in.load(Ordering::Relaxed),
-                        bytes_out: s.bytes_out.load(Ordering::Relaxed),
-                        watermark: s.watermark.load(Ordering::Relaxed),
-                        busy_ns: s.busy_ns.load(Ordering::Relaxed),
-                        backpressured_ns: s.backpressured_ns.load(Ordering::Relaxed),
-                        counters: s.custom_values(),
-                        gauges: s.gauge_values(),
-                        latency: s.latency(),
-                    })
-                    .collect();
+                let subtasks: Vec<SubtaskSnapshot> = op.subtasks.iter().map(|s| s.snapshot()).collect();
                 // One subtask: its summary; several: their windows merged (or, when the
                 // histograms live in executor processes, the largest of their quantiles).
                 let latency = match &op.subtasks[..] {

@@ -9,7 +9,7 @@
 //! dies. So a new attempt of the job never runs next to a zombie of the old one.
 
 use super::protocol::{
-    Deployment, FromExecutor, Hello, Link, SubtaskCounters, ToExecutor, WireAckStats, HEARTBEAT_INTERVAL,
+    Deployment, FromExecutor, Hello, Link, SubtaskReport, ToExecutor, WireAckStats, HEARTBEAT_INTERVAL,
 };
 use super::role::ExecutorSettings;
 use super::shuffle::{self, RemoteChannels};
@@ -240,7 +240,7 @@ fn deployment_timeout_ms(d: &Deployment) -> u64 {
 }
 
 /// The counters of the subtasks this executor runs (subtask `i` runs in slot `i`).
-fn local_counters(env: &JobParts, deployment: &Deployment) -> Vec<SubtaskCounters> {
+fn local_counters(env: &JobParts, deployment: &Deployment) -> Vec<SubtaskReport> {
     let local = deployment.peers.get(deployment.executor_index as usize).map(|p| &p.slots);
     let mut out = Vec::new();
     for op in env.metrics.snapshot() {
@@ -248,20 +248,7 @@ fn local_counters(env: &JobParts, deployment: &Deployment) -> Vec<SubtaskCounter
             if local.is_some_and(|slots| !slots.contains(&(i as u32))) {
                 continue;
             }
-            out.push(SubtaskCounters {
-                operator: op.id,
-                subtask: i as u32,
-                records_in: s.records_in,
-                records_out: s.records_out,
-                bytes_in: s.bytes_in,
-                bytes_out: s.bytes_out,
-                watermark: s.watermark,
-                busy_ns: s.busy_ns,
-                backpressured_ns: s.backpressured_ns,
-                counters: s.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                gauges: s.gauges.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                latency: s.latency,
-            });
+            out.push(SubtaskReport { operator: op.id, subtask: i as u32, counters: s.clone() });
         }
     }
     out

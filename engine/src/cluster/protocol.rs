@@ -144,7 +144,7 @@ pub(crate) enum FromExecutor {
     /// Still alive.
     Heartbeat,
     /// Counters of this executor's subtasks (every second), for the job manager's UI.
-    Metrics { subtasks: Vec<SubtaskCounters> },
+    Metrics { subtasks: Vec<SubtaskReport> },
     /// The answer to [`ToExecutor::StateQuery`] `id`: a [`crate::state_query::StateReply`] as
     /// JSON, or `None` when the subtask is gone (the job manager's API then says the job is
     /// not running).
@@ -191,24 +191,12 @@ impl WireAckStats {
     }
 }
 
-/// The counters of one subtask of one operator.
+/// The counters of one subtask of one operator, as an executor reports them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SubtaskCounters {
+pub(crate) struct SubtaskReport {
     pub(crate) operator: u32,
     pub(crate) subtask: u32,
-    pub(crate) records_in: u64,
-    pub(crate) records_out: u64,
-    pub(crate) bytes_in: u64,
-    pub(crate) bytes_out: u64,
-    pub(crate) watermark: i64,
-    pub(crate) busy_ns: u64,
-    pub(crate) backpressured_ns: u64,
-    /// Operator-specific counters (late records, state restore time, …).
-    pub(crate) counters: Vec<(String, u64)>,
-    /// Gauges (per Kafka partition: end offset, checkpointed offset, lag, …).
-    pub(crate) gauges: Vec<(String, i64)>,
-    /// Record latency (from latency markers).
-    pub(crate) latency: Option<crate::metrics::LatencySummary>,
+    pub(crate) counters: crate::metrics::SubtaskSnapshot,
 }
 
 /// Writes one frame.
@@ -317,6 +305,34 @@ impl<In: DeserializeOwned + Send + 'static> Link<In> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What an executor's subtask counts is what the job manager shows: every field of the
+    /// snapshot crosses the wire (one type on both sides, nothing copied field by field).
+    #[test]
+    fn a_subtasks_counters_reach_the_job_manager_whole() {
+        use crate::metrics::SubtaskMetrics;
+        let executor = SubtaskMetrics::default();
+        executor.add_in(5);
+        executor.add_out(4);
+        executor.add_bytes_in(300);
+        executor.watermark.store(1_000, std::sync::atomic::Ordering::Relaxed);
+        executor.counter("late").store(2, std::sync::atomic::Ordering::Relaxed);
+        executor.gauge("kafka.t.0.lag").store(17, std::sync::atomic::Ordering::Relaxed);
+        executor.record_latency_us(1_500);
+        let sent = SubtaskReport { operator: 3, subtask: 1, counters: executor.snapshot() };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &FromExecutor::Metrics { subtasks: vec![sent] }).unwrap();
+        let FromExecutor::Metrics { subtasks } = read_frame::<FromExecutor>(&mut &buf[..]).unwrap() else {
+            panic!("not a metrics frame")
+        };
+        let job_manager = SubtaskMetrics::default();
+        job_manager.mirror_snapshot(&subtasks[0].counters);
+        assert_eq!(
+            format!("{:?}", job_manager.snapshot()),
+            format!("{:?}", executor.snapshot()),
+            "the job manager's mirror differs from the executor's subtask"
+        );
+    }
 
     #[test]
     fn frames_round_trip_and_a_closed_stream_is_eof() {

@@ -2,14 +2,14 @@
 //! manager resumes it), its plan, its view in the REST API and its run-time state.
 
 use crate::cluster::plan::PlanDocument;
-use crate::cluster::protocol::SubtaskCounters;
+use crate::cluster::protocol::SubtaskReport;
 use crate::job::{FailureRecord, JobStatus, JobView};
 use crate::metrics::{MetricsRegistry, SubtaskMetrics};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// What the user submitted: enough to run the job again after a job manager restart.
@@ -146,21 +146,13 @@ impl ClusterJob {
     }
 
     /// Copies an executor's report into the job's counters.
-    pub(crate) fn record_counters(&self, subtasks: &[SubtaskCounters]) {
+    pub(crate) fn record_counters(&self, subtasks: &[SubtaskReport]) {
         for c in subtasks {
             let Some(m) = self.counters.get(c.operator as usize).and_then(|o| o.get(c.subtask as usize))
             else {
                 continue;
             };
-            m.records_in.store(c.records_in, Ordering::Relaxed);
-            m.records_out.store(c.records_out, Ordering::Relaxed);
-            m.bytes_in.store(c.bytes_in, Ordering::Relaxed);
-            m.bytes_out.store(c.bytes_out, Ordering::Relaxed);
-            m.watermark.store(c.watermark, Ordering::Relaxed);
-            m.busy_ns.store(c.busy_ns, Ordering::Relaxed);
-            m.backpressured_ns.store(c.backpressured_ns, Ordering::Relaxed);
-            m.mirror(&c.counters, &c.gauges);
-            m.mirror_latency(c.latency);
+            m.mirror_snapshot(&c.counters);
         }
     }
 
