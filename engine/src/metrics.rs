@@ -48,6 +48,11 @@ pub mod kafka_gauges {
     /// Broker health: how many of them are in sync (-1: unknown); fewer than
     /// [`REPLICAS`] means under-replicated.
     pub const IN_SYNC_REPLICAS: &str = "in_sync_replicas";
+    /// Broker health: how often the in-sync replicas shrank since the job started, between
+    /// two metadata answers (a counter, kept as a gauge of the partition).
+    pub const ISR_SHRINKS: &str = "isr_shrinks";
+    /// Broker health: how often the in-sync replicas expanded again since the job started.
+    pub const ISR_EXPANDS: &str = "isr_expands";
     /// The partition's watermark in the source (its split's bounded-out-of-orderness
     /// watermark, ms since the epoch); negative before its first record.
     pub const WATERMARK: &str = "watermark";

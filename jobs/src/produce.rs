@@ -21,6 +21,8 @@ pub struct Producer {
     pub schema_registry: String,
     /// The topic (`earth-temp`).
     pub topic: String,
+    /// librdkafka producer properties passed through (checked at start).
+    pub properties: Vec<(String, String)>,
 }
 
 impl Producer {
@@ -32,7 +34,9 @@ impl Producer {
     pub fn run(&self, config: JobConfig) -> Result<JobResult> {
         let env = StreamEnv::with_config(JobConfig { parallelism: 1, ..config });
         let generator = GeneratorConfig { splits: 1, ..self.generator.clone() };
-        let sink = KafkaSinkConfig::new(&self.brokers, &self.topic).delivery(DeliveryGuarantee::AtLeastOnce);
+        let mut sink =
+            KafkaSinkConfig::new(&self.brokers, &self.topic).delivery(DeliveryGuarantee::AtLeastOnce);
+        sink.properties = self.properties.clone();
         let registry = self.schema_registry.clone();
         env.source(names::SOURCE, generator.build()?, WatermarkStrategy::none()).sink(
             "kafka-producer",

@@ -119,6 +119,10 @@ pub struct KafkaInput {
     pub dead_letter_topic: Option<String>,
     /// At most this many records per second over all source subtasks.
     pub max_records_per_second: Option<f64>,
+    /// librdkafka consumer properties passed through (checked at start).
+    pub properties: Vec<(String, String)>,
+    /// How often to look for partitions added to the topic (`None`: never).
+    pub partition_discovery: Option<Duration>,
 }
 
 /// The Kafka topics the results go to.
@@ -139,6 +143,8 @@ pub struct KafkaOutput {
     /// Prefix of the transactional ids (`None`: `temperature-<operator>`); two deployments
     /// writing at the same time need different prefixes.
     pub transactional_id_prefix: Option<String>,
+    /// librdkafka producer properties passed through (checked at start).
+    pub properties: Vec<(String, String)>,
 }
 
 /// The serving and storage sinks, each optional, besides the main [`SinkKind`].
@@ -225,6 +231,8 @@ impl TemperatureJob {
             SourceKind::Kafka(input) => {
                 let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
                 config.dead_letter_topic = input.dead_letter_topic.clone();
+                config.properties = input.properties.clone();
+                config.partition_discovery = input.partition_discovery;
                 let source =
                     KafkaSource::new(config, AvroDecoder::<SensorReading>::factory(&input.schema_registry));
                 match input.max_records_per_second {
@@ -324,6 +332,7 @@ impl TemperatureJob {
                     .transaction_timeout(output.transaction_timeout);
                 config.transactional_id_prefix =
                     output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
+                config.properties = output.properties.clone();
                 let registry = output.schema_registry.clone();
                 stream
                     .sink(name, move |_| {

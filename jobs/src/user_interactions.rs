@@ -72,20 +72,24 @@ pub struct UserInteractionsJob {
     pub delivery: DeliveryGuarantee,
     /// Prefix of the sink's transactional ids.
     pub transactional_id_prefix: Option<String>,
+    /// librdkafka consumer properties of the source (checked at start).
+    pub consumer_properties: Vec<(String, String)>,
+    /// librdkafka producer properties of the sink (checked at start).
+    pub producer_properties: Vec<(String, String)>,
 }
 
 impl UserInteractionsJob {
     /// Adds the pipeline to `env`.
     pub fn build(&self, env: &StreamEnv) -> Result<()> {
-        let source = KafkaSource::new(
-            KafkaSourceConfig::new(&self.brokers, &self.input_topic).bounded(self.bounded),
-            AvroDecoder::<UserInteraction>::factory(&self.schema_registry),
-        );
+        let mut input = KafkaSourceConfig::new(&self.brokers, &self.input_topic).bounded(self.bounded);
+        input.properties = self.consumer_properties.clone();
+        let source = KafkaSource::new(input, AvroDecoder::<UserInteraction>::factory(&self.schema_registry));
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5), |e: &UserInteraction| e.ts)
                 .with_idleness(Duration::from_secs(30));
         let mut sink = KafkaSinkConfig::new(&self.brokers, &self.output_topic).delivery(self.delivery);
         sink.transactional_id_prefix = self.transactional_id_prefix.clone();
+        sink.properties = self.producer_properties.clone();
         let registry = self.schema_registry.clone();
         env.source(names::SOURCE, source, watermarks)
             .uid(names::SOURCE)

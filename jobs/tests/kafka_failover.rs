@@ -181,8 +181,20 @@ fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_an
     brokers.kill(victim);
     let killed = Instant::now();
     // The broker-health panel's numbers: under-replicated partitions while it is down.
+    let shrinks = |v: &serde_json::Value, what: &str| -> u64 {
+        v["health"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h["partitions"].as_array().into_iter().flatten())
+            .filter_map(|p| p[what].as_u64())
+            .sum()
+    };
+    // ... and the ISR shrinks the probe counted (#14: the reference platform's ISR shrink rate).
     let seen = loop {
-        if let Some(v) = kafka_api().filter(|v| v["under_replicated_partitions"].as_u64() > Some(0)) {
+        if let Some(v) = kafka_api()
+            .filter(|v| v["under_replicated_partitions"].as_u64() > Some(0) && shrinks(v, "isr_shrinks") > 0)
+        {
             break v;
         }
         assert!(
@@ -198,6 +210,24 @@ fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_an
         killed.elapsed()
     );
     brokers.services("start", &[&format!("kafka{victim}")]);
+    // Back in sync: the expands, while the job still runs (it may finish first; then said).
+    let back = Instant::now();
+    loop {
+        match kafka_api() {
+            Some(v) if shrinks(&v, "isr_expands") > 0 => {
+                eprintln!("ISR expanded again after {:?}", back.elapsed());
+                break;
+            }
+            Some(_) => {
+                assert!(back.elapsed() < Duration::from_secs(90), "no ISR expand counted after the restart")
+            }
+            None => {
+                eprintln!("the job ended before the ISR expanded again");
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     // A run that failed over the lost broker must end exact after its restore; one that rode

@@ -189,6 +189,11 @@ impl SplitWatermarks {
 
     /// The subtask watermark: `Some(wm)` over the active splits, `None` when all are idle.
     pub(crate) fn current(&self, now: Instant) -> Option<Timestamp> {
+        // No split yet (an unbounded reader whose partitions are all another subtask's, until
+        // one is added): idle, not at the end of time — records may come later.
+        if self.splits.is_empty() {
+            return None;
+        }
         let mut wm = MAX_WATERMARK;
         let mut any_active = false;
         let mut all_finished = true;

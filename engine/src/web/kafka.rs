@@ -52,6 +52,10 @@ pub(crate) struct PartitionHealth {
     pub(crate) in_sync_replicas: Option<i64>,
     /// `in_sync_replicas < replicas` (`null` while not known).
     pub(crate) under_replicated: Option<bool>,
+    /// How often the in-sync replicas shrank / expanded since the job started (between two
+    /// metadata answers; `null` before the first).
+    pub(crate) isr_shrinks: Option<i64>,
+    pub(crate) isr_expands: Option<i64>,
 }
 
 /// One Kafka source operator.
@@ -170,8 +174,14 @@ fn health_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<TopicHealth> 
         let mut topics: BTreeMap<&str, BTreeMap<i32, BTreeMap<&str, i64>>> = BTreeMap::new();
         for (name, value) in &op.gauges {
             if let Some((topic, p, what)) = kafka_gauges::parse(name) {
-                if [kafka_gauges::LEADER, kafka_gauges::REPLICAS, kafka_gauges::IN_SYNC_REPLICAS]
-                    .contains(&what)
+                if [
+                    kafka_gauges::LEADER,
+                    kafka_gauges::REPLICAS,
+                    kafka_gauges::IN_SYNC_REPLICAS,
+                    kafka_gauges::ISR_SHRINKS,
+                    kafka_gauges::ISR_EXPANDS,
+                ]
+                .contains(&what)
                 {
                     topics.entry(topic).or_default().entry(p).or_default().insert(what, *value);
                 }
@@ -190,6 +200,8 @@ fn health_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<TopicHealth> 
                         replicas,
                         in_sync_replicas: in_sync,
                         under_replicated: replicas.zip(in_sync).map(|(r, i)| i < r),
+                        isr_shrinks: get(kafka_gauges::ISR_SHRINKS),
+                        isr_expands: get(kafka_gauges::ISR_EXPANDS),
                     }
                 })
                 .collect();

@@ -49,6 +49,10 @@ pub mod names {
     /// In-sync replicas of a Kafka source or sink partition (fewer than the replicas:
     /// under-replicated).
     pub const KAFKA_ISR: &str = "caudal_kafka_partition_in_sync_replicas";
+    /// Times the in-sync replicas of a Kafka partition shrank since the job started.
+    pub const KAFKA_ISR_SHRINKS: &str = "caudal_kafka_partition_isr_shrinks_total";
+    /// Times the in-sync replicas of a Kafka partition expanded since the job started.
+    pub const KAFKA_ISR_EXPANDS: &str = "caudal_kafka_partition_isr_expands_total";
     /// Age of an open or pending Kafka sink transaction (labels `transactional_id`, `state`,
     /// `checkpoint`), from its first record; compare with `transaction.timeout.ms`.
     pub const KAFKA_TXN_AGE: &str = "caudal_kafka_sink_transaction_age_seconds";
@@ -135,6 +139,16 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         Family::new(KAFKA_REPLICAS, "gauge", "Replicas of a Kafka source or sink partition.");
     let mut kafka_isr =
         Family::new(KAFKA_ISR, "gauge", "In-sync replicas of a Kafka source or sink partition.");
+    let mut isr_shrinks = Family::new(
+        KAFKA_ISR_SHRINKS,
+        "counter",
+        "Times the in-sync replicas of a Kafka source or sink partition shrank since the job started.",
+    );
+    let mut isr_expands = Family::new(
+        KAFKA_ISR_EXPANDS,
+        "counter",
+        "Times the in-sync replicas of a Kafka source or sink partition expanded since the job started.",
+    );
     let mut txn_age = Family::new(
         KAFKA_TXN_AGE,
         "gauge",
@@ -203,6 +217,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     kafka_gauges::LAG => &mut kafka_lag,
                     kafka_gauges::REPLICAS => &mut kafka_replicas,
                     kafka_gauges::IN_SYNC_REPLICAS => &mut kafka_isr,
+                    kafka_gauges::ISR_SHRINKS => &mut isr_shrinks,
+                    kafka_gauges::ISR_EXPANDS => &mut isr_expands,
                     _ => continue,
                 };
                 // Negative: not known yet (no statistics or no checkpoint so far).
@@ -232,6 +248,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &kafka_lag,
         &kafka_replicas,
         &kafka_isr,
+        &isr_shrinks,
+        &isr_expands,
         &txn_age,
     ] {
         f.write_to(&mut out);

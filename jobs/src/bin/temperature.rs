@@ -193,6 +193,10 @@ struct Args {
     /// With --source kafka: topic for records that cannot be decoded.
     #[arg(long)]
     dead_letter_topic: Option<String>,
+    /// With --source kafka (unbounded): how often to look for partitions added to the input
+    /// topic, which are then read from their beginning (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    partition_discovery_secs: f64,
     /// With --source kafka: read at most this many records per second (all subtasks together).
     #[arg(long, value_name = "RECORDS", value_parser = positive)]
     max_records_per_second: Option<f64>,
@@ -352,6 +356,7 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
         brokers: args.kafka.brokers.clone(),
         schema_registry: args.kafka.schema_registry.clone(),
         topic: args.topic.clone(),
+        properties: args.kafka.producer_properties.clone(),
     };
     let config = JobConfig { web_bind: None, progress_interval: None, ..JobConfig::default() };
     eprintln!("temperature produce: writing readings to `{}` on {}", args.topic, args.kafka.brokers);
@@ -399,6 +404,9 @@ fn main() -> anyhow::Result<()> {
                 bounded: args.bounded,
                 dead_letter_topic: args.dead_letter_topic.clone(),
                 max_records_per_second: args.max_records_per_second,
+                properties: args.kafka.consumer_properties.clone(),
+                partition_discovery: (args.partition_discovery_secs > 0.0)
+                    .then(|| Duration::from_secs_f64(args.partition_discovery_secs)),
             }),
         },
         window: Duration::from_secs(args.window_secs),
@@ -419,6 +427,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
                 transactional_id_prefix: args.transactional_id_prefix.clone(),
+                properties: args.kafka.producer_properties.clone(),
             }),
         },
         serve: ServeSinks {

@@ -121,6 +121,8 @@ fn main() -> anyhow::Result<()> {
         window: Duration::from_secs(args.window_secs),
         delivery: DeliveryGuarantee::ExactlyOnce,
         transactional_id_prefix: args.transactional_id_prefix.clone(),
+        consumer_properties: args.kafka.consumer_properties.clone(),
+        producer_properties: args.kafka.producer_properties.clone(),
     };
     let env = StreamEnv::with_config(config.with_env_overrides()?);
     job.build(&env).context("building the user-interactions job")?;

@@ -11,6 +11,7 @@
 //!   [`AvroSerializer`]), or JSON.
 
 mod health;
+pub mod properties;
 pub mod sink;
 pub mod source;
 pub mod txn_coordinator;

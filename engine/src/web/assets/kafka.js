@@ -110,13 +110,15 @@ function renderKafkaHealth(kafka) {
       p.under_replicated ? `<span class="health bad">under-replicated</span>` : `<span class="health ok">in sync</span>`;
     return `<tr data-topic="${esc(h.topic)}" data-partition="${p.partition}" data-kind="${esc(h.kind)}"><td>${esc(h.operator)} ${kindTag(h.kind)}</td>
       <td class="mono">${esc(h.topic)}</td><td class="num">${p.partition}</td><td class="num">${n(p.leader)}</td>
-      <td class="num">${n(p.replicas)}</td><td class="num">${n(p.in_sync_replicas)}</td><td>${state}</td></tr>`;
+      <td class="num">${n(p.replicas)}</td><td class="num">${n(p.in_sync_replicas)}</td>
+      <td class="num isr-shrinks">${n(p.isr_shrinks)}</td><td class="num isr-expands">${n(p.isr_expands)}</td><td>${state}</td></tr>`;
   })).join("");
   const under = kafka.under_replicated_partitions;
   $("#kafka-health").innerHTML = !kafka.health.length ? "" : `<p class="pad-x"><b>Broker health</b> <span class="muted">(cluster metadata, every 10 s)</span>:
       ${under ? `<span class="health bad">${under} under-replicated partition${under > 1 ? "s" : ""}</span>` : `<span class="health ok">every partition in sync</span>`}</p>
     <table id="kafka-health-table"><thead><tr><th>Operator</th><th>Topic</th><th class="num">Partition</th><th class="num">Leader</th>
-      <th class="num">Replicas</th><th class="num">In sync</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>`;
+      <th class="num">Replicas</th><th class="num">In sync</th><th class="num" title="times the in-sync replicas shrank since the job started">ISR shrinks</th>
+      <th class="num" title="times the in-sync replicas expanded again">ISR expands</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 // ---------- pending sink transactions (/api/v1/jobs/<name>/transactions) ----------

@@ -113,7 +113,8 @@ impl<T: Data> Sink for KafkaSink<T> {
                 &self.config.brokers,
                 &self.config.properties,
                 &self.config.topic,
-                None,
+                crate::kafka::health::Probed::All,
+                crate::kafka::health::HEALTH_INTERVAL,
                 ctx.metrics.clone(),
             );
         }

@@ -73,6 +73,7 @@ impl SinkProducer {
     /// A producer for `config`, transactional when `transactional_id` is given, idempotent
     /// unless delivery is `none`.
     pub(crate) fn create(config: &KafkaSinkConfig, transactional_id: Option<&str>) -> Result<Self> {
+        crate::kafka::properties::check_producer_properties(&config.properties, config.delivery)?;
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.brokers)

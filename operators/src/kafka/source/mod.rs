@@ -53,9 +53,17 @@ pub struct KafkaSourceConfig {
     pub dead_letter_topic: Option<String>,
     /// How often end offsets (for lag) are refreshed (librdkafka statistics interval).
     pub lag_interval: Duration,
-    /// Extra librdkafka consumer properties.
+    /// Extra librdkafka consumer properties (checked at start: see `kafka::properties`).
     pub properties: Vec<(String, String)>,
+    /// How often an unbounded source looks for partitions added to its topic (`None`:
+    /// never); a new partition is read from its beginning, and checkpointed like the
+    /// others. A bounded source reads the partitions present at start.
+    pub partition_discovery: Option<Duration>,
 }
+
+/// How often partitions added to a topic are looked for, by default (as Flink's
+/// `partition.discovery.interval.ms`).
+pub const DEFAULT_PARTITION_DISCOVERY: Duration = Duration::from_secs(30);
 
 impl KafkaSourceConfig {
     /// Unbounded, from the earliest offset, without dead-letter topic.
@@ -69,6 +77,7 @@ impl KafkaSourceConfig {
             dead_letter_topic: None,
             lag_interval: Duration::from_secs(1),
             properties: Vec::new(),
+            partition_discovery: Some(DEFAULT_PARTITION_DISCOVERY),
         }
     }
 

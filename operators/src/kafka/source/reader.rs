@@ -3,6 +3,7 @@
 use super::dead_letter::{DeadLetters, Origin};
 use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
+use crate::kafka::health::{Probed, HEALTH_INTERVAL};
 use caudal::metrics::kafka_gauges;
 use caudal::types::MIN_WATERMARK;
 use caudal::{CheckpointId, Error, Result, SourceContext, SourceOutput, SourcePoll, SourceReader};
@@ -17,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -32,6 +33,21 @@ struct PartitionGauges {
 }
 
 impl PartitionGauges {
+    /// The gauges of `partition` of `topic` in the subtask's `metrics`, all unknown (-1).
+    fn new(metrics: &caudal::metrics::SubtaskMetrics, topic: &str, partition: i32) -> Self {
+        let gauge = |what: &str| metrics.gauge(kafka_gauges::name(topic, partition, what));
+        let gauges = PartitionGauges {
+            end_offset: gauge(kafka_gauges::END_OFFSET),
+            checkpointed: gauge(kafka_gauges::CHECKPOINTED_OFFSET),
+            lag: gauge(kafka_gauges::LAG),
+            watermark: gauge(kafka_gauges::WATERMARK),
+        };
+        for g in [&gauges.end_offset, &gauges.checkpointed, &gauges.lag, &gauges.watermark] {
+            g.store(-1, Ordering::Relaxed);
+        }
+        gauges
+    }
+
     /// Recompute the lag from the end offset and the checkpointed offset (none yet counts
     /// as 0); it stays unknown until the first statistics give the end offset.
     fn update_lag(&self) {
@@ -117,8 +133,14 @@ pub struct KafkaSourceReader<T> {
     last_positions: Option<Positions>,
     /// Per partition, what the last snapshot covers for the lag gauge (see [`Self::covered`]).
     last_covered: BTreeMap<i32, i64>,
-    /// Leader, replicas and in-sync replicas of this subtask's partitions.
-    _health: Option<crate::kafka::health::HealthProbe>,
+    /// Leader, replicas and in-sync replicas of this subtask's partitions; the topic's
+    /// partition ids (for discovery).
+    health: Option<crate::kafka::health::HealthProbe>,
+    /// Which partitions are this subtask's.
+    probed: Probed,
+    /// How often partitions added to the topic are looked for (`None`: never; bounded).
+    discovery: Option<Duration>,
+    last_discovery: Instant,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -150,6 +172,7 @@ impl<T> KafkaSourceReader<T> {
             .group_id
             .clone()
             .unwrap_or_else(|| format!("caudal-{}-{}", ctx.job_name, ctx.operator_name));
+        crate::kafka::properties::check_consumer_properties(&config.properties)?;
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.brokers)
@@ -254,17 +277,8 @@ impl<T> KafkaSourceReader<T> {
             assignment
                 .add_partition_offset(topic, p, Offset::Offset(next))
                 .map_err(kafka_error(topic, "assigning partitions"))?;
-            let gauge = |what: &str| ctx.metrics.gauge(kafka_gauges::name(topic, p, what));
-            let gauges = PartitionGauges {
-                end_offset: gauge(kafka_gauges::END_OFFSET),
-                checkpointed: gauge(kafka_gauges::CHECKPOINTED_OFFSET),
-                lag: gauge(kafka_gauges::LAG),
-                watermark: gauge(kafka_gauges::WATERMARK),
-            };
-            gauges.watermark.store(-1, Ordering::Relaxed);
             // Unknown until the first statistics / the first checkpoint (or the restored one).
-            gauges.end_offset.store(-1, Ordering::Relaxed);
-            gauges.lag.store(-1, Ordering::Relaxed);
+            let gauges = PartitionGauges::new(&ctx.metrics, topic, p);
             gauges.checkpointed.store(known.unwrap_or(-1), Ordering::Relaxed);
             consumer.context().partitions.write().insert(p, gauges.clone());
             partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
@@ -275,11 +289,14 @@ impl<T> KafkaSourceReader<T> {
             Some(dlq) => Some(DeadLetters::new(&config.brokers, dlq)?),
             None => None,
         };
+        let probed = Probed::OfSubtask { subtask: ctx.subtask, parallelism: ctx.parallelism };
+        let discovery = config.partition_discovery.filter(|_| !config.bounded);
         let health = crate::kafka::health::HealthProbe::start(
             &config.brokers,
             &config.properties,
             topic,
-            Some(partitions.iter().map(|p| p.partition).collect()),
+            probed,
+            discovery.map_or(HEALTH_INTERVAL, |d| d.min(HEALTH_INTERVAL)),
             ctx.metrics.clone(),
         );
         let mut reader = KafkaSourceReader {
@@ -293,7 +310,10 @@ impl<T> KafkaSourceReader<T> {
             metrics: ctx.metrics.clone(),
             last_positions: None,
             last_covered: BTreeMap::new(),
-            _health: health,
+            health,
+            probed,
+            discovery,
+            last_discovery: Instant::now(),
         };
         for i in 0..reader.partitions.len() {
             let done = reader.partitions[i].end.is_some_and(|e| reader.partitions[i].next >= e);
@@ -312,6 +332,51 @@ impl<T> KafkaSourceReader<T> {
             tpl.add_partition(&self.topic, p.partition);
             self.consumer.pause(&tpl).map_err(kafka_error(&self.topic, "pausing a finished partition"))?;
         }
+        Ok(())
+    }
+
+    /// Partitions of this subtask that were added to the topic since the reader started (as
+    /// the health probe last saw the topic): assigned from their beginning, and from then on
+    /// read, watermarked and checkpointed like the others (a new split each).
+    fn discover(&mut self) -> Result<()> {
+        let (Some(every), Some(health)) = (self.discovery, &self.health) else { return Ok(()) };
+        if self.last_discovery.elapsed() < every {
+            return Ok(());
+        }
+        self.last_discovery = Instant::now();
+        let added: Vec<i32> = health
+            .partitions()
+            .into_iter()
+            .filter(|p| self.probed.covers(*p) && self.split_of(*p).is_none())
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        for p in &added {
+            let gauges = PartitionGauges::new(&self.metrics, &self.topic, *p);
+            self.consumer.context().partitions.write().insert(*p, gauges.clone());
+            self.partitions.push(PartitionState {
+                partition: *p,
+                next: 0,
+                end: None,
+                finished: false,
+                gauges,
+            });
+        }
+        // The whole assignment again, every partition where the reader is: librdkafka drops
+        // what it had fetched past that, so nothing is read twice.
+        let mut assignment = TopicPartitionList::new();
+        for p in &self.partitions {
+            let at = if added.contains(&p.partition) { Offset::Beginning } else { Offset::Offset(p.next) };
+            assignment
+                .add_partition_offset(&self.topic, p.partition, at)
+                .map_err(kafka_error(&self.topic, "assigning partitions"))?;
+        }
+        self.consumer.assign(&assignment).map_err(kafka_error(&self.topic, "assigning added partitions"))?;
+        tracing::info!(
+            "caudal: kafka source `{}`: partition(s) {added:?} were added to the topic: reading them from their beginning",
+            self.topic
+        );
         Ok(())
     }
 
@@ -372,6 +437,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
             return Ok(SourcePoll::Finished);
         }
+        self.discover()?;
         let (mut read, mut bytes) = (0usize, 0usize);
         while out.capacity_left() > 0 {
             let event = match self.consumer.poll(Duration::ZERO) {
