@@ -111,7 +111,6 @@ pub(crate) struct Transactions {
     /// Indices listed in the restored checkpoint, with that checkpoint: not to be
     /// initialised again until a newer checkpoint completes.
     reserved: Vec<(u32, u64)>,
-    next_index: u32,
     /// The last checkpoint whose barrier passed (the open transaction belongs to the next).
     last_barrier: u64,
     /// How long a pending transaction may still have to live after a barrier: the time
@@ -120,6 +119,19 @@ pub(crate) struct Transactions {
     /// A transaction of a failed checkpoint older than `transaction.timeout.ms - horizon`
     /// fails the job at the next barrier.
     horizon: Option<Duration>,
+    metrics: Arc<SubtaskMetrics>,
+    /// The next producer, being made on a thread of its own (`init_transactions` waits for
+    /// the coordinator, half a second at times): the transaction after a barrier begins on
+    /// a producer made while the one before ran, so records do not wait for it.
+    ahead: Option<(u32, std::thread::JoinHandle<Result<TxnProducer>>)>,
+}
+
+/// What making a producer needs, off the task thread.
+#[derive(Clone)]
+struct ProducerMaker {
+    config: KafkaSinkConfig,
+    coordinator: TxnCoordinatorClient,
+    id_prefix: String,
     metrics: Arc<SubtaskMetrics>,
 }
 
@@ -141,10 +153,10 @@ impl Transactions {
             committed: Vec::new(),
             free: Vec::new(),
             reserved: Vec::new(),
-            next_index: 0,
             last_barrier: 0,
             horizon: None,
             metrics,
+            ahead: None,
         }
     }
 
@@ -166,7 +178,12 @@ impl Transactions {
         if self.open.is_none() {
             let txn = match self.free.pop() {
                 Some(txn) => txn,
-                None => self.create_producer()?,
+                None => match self.ahead.take() {
+                    Some((_, made)) => made
+                        .join()
+                        .map_err(|_| Error::Operator("kafka sink: the producer maker panicked".into()))??,
+                    None => self.create_producer()?,
+                },
             };
             txn.producer
                 .producer
@@ -176,6 +193,12 @@ impl Transactions {
             txn.gauges.records.store(0, Ordering::Relaxed);
             txn.gauges.set(g::STATE_OPEN, self.last_barrier + 1);
             self.open = Some(txn);
+            // The next producer, made while this transaction runs (its id is in use now, so
+            // the next is another). While restored ids are reserved it is made when needed:
+            // after a newer checkpoint completed it may be one of them (`commit_up_to`).
+            if self.free.is_empty() && self.reserved.is_empty() {
+                self.make_ahead();
+            }
         }
         self.open.as_mut().ok_or_else(|| Error::Operator("kafka sink: no open transaction".into()))
     }
@@ -221,7 +244,15 @@ impl Transactions {
                 // commit, and the coordinator knows no transaction to commit later.
                 self.open = Some(txn);
             } else {
+                let started = Instant::now();
                 txn.producer.flush()?;
+                tracing::debug!(
+                    checkpoint = checkpoint.0,
+                    ms = started.elapsed().as_millis() as u64,
+                    "kafka sink `{}`: flushed `{}` at the barrier",
+                    self.id_prefix,
+                    txn.transactional_id
+                );
                 txn.gauges.records.store(txn.records as i64, Ordering::Relaxed);
                 txn.gauges.set(g::STATE_PRE_COMMITTED, checkpoint.0);
                 self.pending.push(Pending { checkpoint: checkpoint.0, listed_until: checkpoint.0, txn });
@@ -291,10 +322,18 @@ impl Transactions {
         for (i, p) in due.into_iter().enumerate() {
             let txn = &p.txn;
             txn.gauges.set(g::STATE_COMMITTING, p.checkpoint);
+            let started = Instant::now();
             txn.producer
                 .producer
                 .commit_transaction(txn.producer.timeout())
                 .map_err(|e| self.fatal("committing", txn, e))?;
+            tracing::debug!(
+                checkpoint = p.checkpoint,
+                ms = started.elapsed().as_millis() as u64,
+                "kafka sink `{}`: committed `{}`",
+                self.id_prefix,
+                txn.transactional_id
+            );
             if i == 0 {
                 crash::point(crash::DURING_SINK_COMMIT, checkpoint);
             }
@@ -304,12 +343,18 @@ impl Transactions {
             p.txn.began = None;
             self.committed.push(p);
         }
+        if self.free.is_empty() {
+            self.make_ahead();
+        }
         Ok(())
     }
 
     /// On close with checkpoints: what is still open belongs to no checkpoint; abort it so
     /// readers do not wait for it (pending transactions stay for a restore to commit).
     pub(crate) fn abort_open(&mut self) {
+        if let Some((_, made)) = self.ahead.take() {
+            let _ = made.join(); // its producer is dropped unused: it holds no transaction
+        }
         if let Some(txn) = self.open.take() {
             if txn.records > 0 {
                 let _ = txn.producer.producer.abort_transaction(txn.producer.timeout());
@@ -318,12 +363,16 @@ impl Transactions {
         }
     }
 
-    fn create_producer(&mut self) -> Result<TxnProducer> {
-        while self.reserved.iter().any(|(i, _)| *i == self.next_index) {
-            self.next_index += 1;
-        }
-        let index = self.next_index;
-        self.next_index += 1;
+    /// The index of the next transactional id: one no restored checkpoint lists.
+    fn next_free_index(&mut self) -> u32 {
+        let mut used: Vec<u32> = self.reserved.iter().map(|(i, _)| *i).collect();
+        used.extend(self.open.iter().map(|t| t.index));
+        used.extend(self.pending.iter().chain(&self.committed).map(|p| p.txn.index));
+        used.extend(self.free.iter().map(|t| t.index));
+        used.extend(self.ahead.iter().map(|(i, _)| *i));
+        // The lowest id free: a job's ids stay few (0, 1, 2, … per subtask), and an id a
+        // restored checkpoint listed is taken again once a newer checkpoint completed.
+        let index = (0..).find(|i| !used.contains(i)).unwrap_or(u32::MAX);
         if index >= 16 {
             tracing_warn(&format!(
                 "kafka sink `{}`: {} transactional ids in use: checkpoints are failing or not completing",
@@ -331,7 +380,52 @@ impl Transactions {
                 index + 1
             ));
         }
-        let transactional_id = super::recovery::transactional_id(&self.id_prefix, self.subtask, index);
+        index
+    }
+
+    fn maker(&self) -> ProducerMaker {
+        ProducerMaker {
+            config: self.config.clone(),
+            coordinator: self.coordinator.clone(),
+            id_prefix: self.id_prefix.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    fn create_producer(&mut self) -> Result<TxnProducer> {
+        let index = self.next_free_index();
+        self.maker().make(self.subtask, index)
+    }
+
+    /// Starts making the next producer on a thread of its own (none when one is on its way).
+    fn make_ahead(&mut self) {
+        if self.ahead.is_some() {
+            return;
+        }
+        let (maker, subtask, index) = (self.maker(), self.subtask, self.next_free_index());
+        let spawned = std::thread::Builder::new()
+            .name("kafka-producer-maker".into())
+            .spawn(move || maker.make(subtask, index));
+        // No thread: the producer is made when it is needed, on the task thread.
+        if let Ok(handle) = spawned {
+            self.ahead = Some((index, handle));
+        }
+    }
+
+    fn fatal(&self, what: &str, txn: &TxnProducer, e: KafkaError) -> Error {
+        Error::Operator(format!(
+            "kafka sink into `{}`: {what} transaction `{}` (index {}, producer {} epoch {}): {e}",
+            self.config.topic, txn.transactional_id, txn.index, txn.producer_id, txn.producer_epoch
+        ))
+    }
+}
+
+impl ProducerMaker {
+    /// The producer of transactional id `index` of `subtask`, initialised (which fences an
+    /// older producer of that id and aborts what it left open) and described.
+    fn make(&self, subtask: u32, index: u32) -> Result<TxnProducer> {
+        let transactional_id = super::recovery::transactional_id(&self.id_prefix, subtask, index);
+        let started = Instant::now();
         let producer = SinkProducer::create(&self.config, Some(&transactional_id))?;
         // Fences any older producer of this id and aborts what it left open.
         producer.producer.init_transactions(self.config.request_timeout).map_err(|e| {
@@ -361,6 +455,11 @@ impl Transactions {
                     "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
                 ))
             })?;
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            "kafka sink `{}`: producer `{transactional_id}` ready (init_transactions)",
+            self.id_prefix
+        );
         let gauges = TxnGauges::new(
             &self.metrics,
             &transactional_id,
@@ -378,13 +477,6 @@ impl Transactions {
             began: None,
             gauges,
         })
-    }
-
-    fn fatal(&self, what: &str, txn: &TxnProducer, e: KafkaError) -> Error {
-        Error::Operator(format!(
-            "kafka sink into `{}`: {what} transaction `{}` (index {}, producer {} epoch {}): {e}",
-            self.config.topic, txn.transactional_id, txn.index, txn.producer_id, txn.producer_epoch
-        ))
     }
 }
 
