@@ -73,6 +73,41 @@ pub mod kafka_gauges {
     }
 }
 
+/// What a Kafka sink subtask's producers see of each broker, from librdkafka's statistics
+/// (every second): `kafka_producer.<broker id>.<what>`. Counters are summed over the
+/// subtask's producers (an exactly-once sink has a small pool); latencies are the largest of
+/// their last statistics window.
+pub mod kafka_producer_gauges {
+    /// Produce request round-trip time, median of the last window, microseconds.
+    pub const RTT_P50_US: &str = "rtt_p50_us";
+    /// Produce request round-trip time, 99th percentile of the last window, microseconds.
+    pub const RTT_P99_US: &str = "rtt_p99_us";
+    /// Requests sent to the broker.
+    pub const REQUESTS: &str = "requests";
+    /// Transmission errors.
+    pub const ERRORS: &str = "errors";
+    /// Requests sent again.
+    pub const RETRIES: &str = "retries";
+    /// Requests that timed out.
+    pub const TIMEOUTS: &str = "timeouts";
+    /// Connections to the broker that were lost.
+    pub const DISCONNECTS: &str = "disconnects";
+    /// Every `what`, in display order.
+    pub const ALL: [&str; 7] = [RTT_P50_US, RTT_P99_US, REQUESTS, ERRORS, RETRIES, TIMEOUTS, DISCONNECTS];
+
+    /// The gauge name of `what` for broker `broker`.
+    pub fn name(broker: i32, what: &str) -> String {
+        format!("kafka_producer.{broker}.{what}")
+    }
+
+    /// `(broker, what)` of a gauge name made by [`name`].
+    pub fn parse(name: &str) -> Option<(i32, &str)> {
+        let rest = name.strip_prefix("kafka_producer.")?;
+        let (broker, what) = rest.split_once('.')?;
+        Some((broker.parse().ok()?, what))
+    }
+}
+
 /// The per-transaction gauges an exactly-once Kafka sink publishes,
 /// `kafka_txn.<transactional id>.<what>`, one set per transactional id of its small pool: the
 /// sink writes them when a transaction changes state, the REST API and the UI read them back.

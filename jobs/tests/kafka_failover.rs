@@ -209,6 +209,32 @@ fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_an
         seen["under_replicated_partitions"],
         killed.elapsed()
     );
+    // The sinks' producers saw the broker go (#14: producer error rate): lost connections,
+    // errors, retries or timeouts towards it.
+    let troubles = |v: &serde_json::Value| -> i64 {
+        v["producers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["broker"].as_i64() == Some(i64::from(victim)))
+            .map(|p| {
+                ["disconnects", "errors", "retries", "timeouts"]
+                    .iter()
+                    .filter_map(|w| p[*w].as_i64())
+                    .sum::<i64>()
+            })
+            .sum()
+    };
+    loop {
+        match kafka_api() {
+            Some(v) if troubles(&v) > 0 => break,
+            other => assert!(
+                killed.elapsed() < Duration::from_secs(60),
+                "the producers report no trouble with the killed broker {victim}: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     brokers.services("start", &[&format!("kafka{victim}")]);
     // Back in sync: the expands, while the job still runs (it may finish first; then said).
     let back = Instant::now();

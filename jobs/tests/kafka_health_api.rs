@@ -98,3 +98,93 @@ fn partitions_of_sources_and_sinks_report_replicas_and_in_sync_replicas() {
     stop.stop();
     runner.join().unwrap().expect("the job ends cleanly");
 }
+
+/// What the sink's producers see of the broker (#14: producer request latency and error
+/// rate): per broker, request latency p50/p99 of the last second, requests, and no errors,
+/// retries, timeouts or lost connections on a healthy broker — in the REST API and /metrics.
+#[test]
+fn a_sinks_producers_report_request_latency_and_errors_per_broker() {
+    let Some(stack) = stack() else { return };
+    let (input, output) = (unique("producer-in"), unique("producer-out"));
+    create_topic(&stack, &input, 1);
+    create_topic(&stack, &output, 1);
+    // Records keep coming while the test looks (the sink's producer reports its statistics
+    // as it writes).
+    let feeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let feeder = {
+        let (stack, input, feeding) = (stack.clone(), input.clone(), feeding.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while feeding.load(std::sync::atomic::Ordering::Relaxed) {
+                let records: Vec<(Vec<u8>, Vec<u8>)> =
+                    (0..2_000).map(|i| (Vec::new(), format!("{{\"n\":{}}}", n + i).into_bytes())).collect();
+                kafka_support::produce_raw(&stack, &input, 0, &records);
+                n += 2_000;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config =
+        JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
+    let source = KafkaSourceConfig::new(&stack.brokers, &input);
+    let sink = KafkaSinkConfig::new(&stack.brokers, &output).delivery(DeliveryGuarantee::AtLeastOnce);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let env = StreamEnv::with_config(config);
+        env.source("in", KafkaSource::<Value>::json(source), WatermarkStrategy::none())
+            .sink("out", move |_| Ok(KafkaSink::new(sink.clone(), JsonSerializer)));
+        let _ = tx.send(env.stop_handle());
+        env.execute("kafka-producers")
+    });
+    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let base = format!("http://{addr}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let producer: Value = loop {
+        let answer = agent
+            .get(format!("{base}/api/v1/jobs/kafka-producers/kafka"))
+            .call()
+            .ok()
+            .and_then(|mut r| (r.status() == 200).then(|| r.body_mut().read_json::<Value>().unwrap()));
+        let seen = answer.as_ref().and_then(|v| {
+            v["producers"]
+                .as_array()?
+                .iter()
+                .find(|p| p["requests"].as_i64() > Some(0) && p["rtt_p50_ms"].is_f64())
+                .cloned()
+        });
+        if let Some(p) = seen {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no producer statistics after 60 s: {answer:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(producer["operator"], "out", "{producer}");
+    assert!(producer["broker"].as_i64() >= Some(0), "{producer}");
+    let (p50, p99) = (producer["rtt_p50_ms"].as_f64().unwrap(), producer["rtt_p99_ms"].as_f64().unwrap());
+    assert!(p50 >= 0.0 && p99 >= p50, "latency p50 {p50} p99 {p99}");
+    for what in ["errors", "retries", "timeouts", "disconnects"] {
+        assert_eq!(producer[what], 0, "{what} on a healthy broker: {producer}");
+    }
+    let text = agent.get(format!("{base}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+    let broker = producer["broker"].as_i64().unwrap();
+    let labels = format!(
+        "job=\"kafka-producers\",operator=\"out\",operator_id=\"1\",subtask=\"0\",broker=\"{broker}\""
+    );
+    for series in [
+        format!("caudal_kafka_producer_events_total{{{labels},what=\"requests\"}}"),
+        format!("caudal_kafka_producer_request_latency_seconds{{{labels},quantile=\"0.99\"}}"),
+    ] {
+        assert!(text.contains(&series), "no `{series}` in /metrics:\n{text}");
+    }
+    feeding.store(false, std::sync::atomic::Ordering::Relaxed);
+    feeder.join().unwrap();
+    stop.stop();
+    runner.join().unwrap().expect("the job ends cleanly");
+}

@@ -1,6 +1,7 @@
 //! `GET /api/v1/jobs/{name}/kafka`: consumer lag per Kafka source partition, now and over
 //! the sampled history, and broker health (leader, replicas, in-sync replicas) of every
-//! partition the job's Kafka sources read and sinks write.
+//! partition the job's Kafka sources read and sinks write, and what the sinks' producers see
+//! of each broker (request latency, errors, retries, timeouts, lost connections).
 //!
 //! Built from the gauges Kafka sources and sinks publish (named by [`kafka_gauges`]); an
 //! operator with none of them is not a Kafka connector and is left out. Negative gauge values
@@ -8,7 +9,7 @@
 
 use super::registry::{JobEntry, SAMPLE_INTERVAL};
 use crate::job::JobStatus;
-use crate::metrics::kafka_gauges;
+use crate::metrics::{kafka_gauges, kafka_producer_gauges};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,6 +29,55 @@ pub(crate) struct KafkaView {
     pub(crate) under_replicated_partitions: usize,
     /// Broker health per Kafka source and sink topic.
     pub(crate) health: Vec<TopicHealth>,
+    /// Per Kafka sink and broker, what its producers see (librdkafka's statistics).
+    pub(crate) producers: Vec<ProducerBroker>,
+}
+
+/// One broker as the producers of one sink operator see it: latencies are the largest over
+/// its subtasks (of their last one-second window), counts their sums since the job started.
+#[derive(Debug, Serialize)]
+pub(crate) struct ProducerBroker {
+    pub(crate) operator_id: u32,
+    pub(crate) operator: String,
+    pub(crate) broker: i32,
+    /// Produce request round-trip time, ms (`null`: no request in the last window).
+    pub(crate) rtt_p50_ms: Option<f64>,
+    pub(crate) rtt_p99_ms: Option<f64>,
+    pub(crate) requests: i64,
+    pub(crate) errors: i64,
+    pub(crate) retries: i64,
+    pub(crate) timeouts: i64,
+    pub(crate) disconnects: i64,
+}
+
+fn producers_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<ProducerBroker> {
+    let g = kafka_producer_gauges::ALL;
+    let mut out = Vec::new();
+    for op in snapshot {
+        let mut brokers: BTreeMap<i32, [i64; 7]> = BTreeMap::new();
+        for s in &op.subtasks {
+            for (name, value) in &s.gauges {
+                let Some((broker, what)) = kafka_producer_gauges::parse(name) else { continue };
+                let Some(i) = g.iter().position(|w| *w == what) else { continue };
+                let t = brokers.entry(broker).or_insert([-1, -1, 0, 0, 0, 0, 0]);
+                t[i] = if i < 2 { t[i].max(*value) } else { t[i] + value.max(&0) };
+            }
+        }
+        let ms = |us: i64| (us >= 0).then(|| us as f64 / 1000.0);
+        out.extend(brokers.into_iter().map(|(broker, t)| ProducerBroker {
+            operator_id: op.id,
+            operator: op.name.clone(),
+            broker,
+            rtt_p50_ms: ms(t[0]),
+            rtt_p99_ms: ms(t[1]),
+            requests: t[2],
+            errors: t[3],
+            retries: t[4],
+            timeouts: t[5],
+            disconnects: t[6],
+        }));
+    }
+    out
 }
 
 /// The partitions of one topic as one source or sink operator sees them.
@@ -155,6 +205,7 @@ impl KafkaView {
             .collect();
         let health = health_of(&snapshot);
         KafkaView {
+            producers: producers_of(&snapshot),
             under_replicated_partitions: health.iter().map(|h| h.under_replicated).sum(),
             health,
             job: job.view.name.clone(),

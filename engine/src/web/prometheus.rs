@@ -2,7 +2,7 @@
 
 use super::registry::JobRegistry;
 use super::views::{status_name, ALL_STATUSES};
-use crate::metrics::kafka_gauges;
+use crate::metrics::{kafka_gauges, kafka_producer_gauges};
 use crate::types::{MAX_WATERMARK, MIN_WATERMARK};
 use std::fmt::Write;
 
@@ -50,6 +50,11 @@ pub mod names {
     /// under-replicated).
     pub const KAFKA_ISR: &str = "caudal_kafka_partition_in_sync_replicas";
     /// Times the in-sync replicas of a Kafka partition shrank since the job started.
+    /// Produce request round-trip time of a Kafka sink subtask's producers to a broker.
+    pub const KAFKA_PRODUCER_RTT: &str = "caudal_kafka_producer_request_latency_seconds";
+    /// Requests, errors, retries, timeouts and lost connections of a Kafka sink subtask's
+    /// producers to a broker (label `what`).
+    pub const KAFKA_PRODUCER_EVENTS: &str = "caudal_kafka_producer_events_total";
     pub const KAFKA_ISR_SHRINKS: &str = "caudal_kafka_partition_isr_shrinks_total";
     /// Times the in-sync replicas of a Kafka partition expanded since the job started.
     pub const KAFKA_ISR_EXPANDS: &str = "caudal_kafka_partition_isr_expands_total";
@@ -149,6 +154,16 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         "counter",
         "Times the in-sync replicas of a Kafka source or sink partition expanded since the job started.",
     );
+    let mut producer_rtt = Family::new(
+        KAFKA_PRODUCER_RTT,
+        "gauge",
+        "Produce request round-trip time of a Kafka sink subtask's producers to a broker, last second, by quantile.",
+    );
+    let mut producer_events = Family::new(
+        KAFKA_PRODUCER_EVENTS,
+        "counter",
+        "Requests, errors, retries, timeouts and lost connections of a Kafka sink subtask's producers to a broker.",
+    );
     let mut txn_age = Family::new(
         KAFKA_TXN_AGE,
         "gauge",
@@ -200,6 +215,20 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                 if s.watermark != MIN_WATERMARK && s.watermark != MAX_WATERMARK {
                     wm.add(&l, s.watermark);
                 }
+                for (name, value) in &s.gauges {
+                    let Some((broker, what)) = kafka_producer_gauges::parse(name) else { continue };
+                    let b = format!("{l},broker=\"{broker}\"");
+                    match what {
+                        kafka_producer_gauges::RTT_P50_US if *value >= 0 => {
+                            producer_rtt.add(&format!("{b},quantile=\"0.5\""), *value as f64 / 1e6)
+                        }
+                        kafka_producer_gauges::RTT_P99_US if *value >= 0 => {
+                            producer_rtt.add(&format!("{b},quantile=\"0.99\""), *value as f64 / 1e6)
+                        }
+                        kafka_producer_gauges::RTT_P50_US | kafka_producer_gauges::RTT_P99_US => {}
+                        _ => producer_events.add(&format!("{b},what=\"{what}\""), value),
+                    }
+                }
             }
             if let Some(l) = op.latency {
                 for (q, us) in [("0.5", l.p50_us), ("0.99", l.p99_us), ("1", l.max_us)] {
@@ -250,6 +279,8 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
         &kafka_isr,
         &isr_shrinks,
         &isr_expands,
+        &producer_rtt,
+        &producer_events,
         &txn_age,
     ] {
         f.write_to(&mut out);

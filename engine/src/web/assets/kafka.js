@@ -118,7 +118,7 @@ function renderKafkaHealth(kafka) {
       ${under ? `<span class="health bad">${under} under-replicated partition${under > 1 ? "s" : ""}</span>` : `<span class="health ok">every partition in sync</span>`}</p>
     <table id="kafka-health-table"><thead><tr><th>Operator</th><th>Topic</th><th class="num">Partition</th><th class="num">Leader</th>
       <th class="num">Replicas</th><th class="num">In sync</th><th class="num" title="times the in-sync replicas shrank since the job started">ISR shrinks</th>
-      <th class="num" title="times the in-sync replicas expanded again">ISR expands</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>`;
+      <th class="num" title="times the in-sync replicas expanded again">ISR expands</th><th>State</th></tr></thead><tbody>${rows}</tbody></table>` + renderKafkaProducers(kafka);
 }
 
 // ---------- pending sink transactions (/api/v1/jobs/<name>/transactions) ----------
@@ -151,4 +151,20 @@ function renderTransactions(t) {
   $("#txn-table").innerHTML = `<table id="transactions"><thead><tr><th>Sink</th><th>Transactional id</th><th class="num">Producer id</th>
     <th class="num">Epoch</th><th class="num">Checkpoint</th><th>State</th><th class="num">Records</th><th class="num">Age / timeout</th></tr></thead>
     <tbody>${rows || `<tr><td colspan="8" class="muted">No open or pending transactions (${ids} transactional ids in the pools).</td></tr>`}</tbody></table>`;
+}
+
+// What the sinks' producers see of each broker (librdkafka statistics, every second).
+function renderKafkaProducers(kafka) {
+  const producers = kafka.producers || [];
+  if (!producers.length) return "";
+  const ms = (v) => (v == null ? `<span class="muted">—</span>` : v.toFixed(1));
+  const bad = (v) => (v > 0 ? `<span class="health bad">${v}</span>` : v);
+  const rows = producers.map((p) => `<tr data-broker="${p.broker}"><td>${esc(p.operator)}</td><td class="num">${p.broker}</td>
+      <td class="num">${ms(p.rtt_p50_ms)}</td><td class="num">${ms(p.rtt_p99_ms)}</td><td class="num">${p.requests}</td>
+      <td class="num producer-errors">${bad(p.errors)}</td><td class="num">${bad(p.retries)}</td><td class="num">${bad(p.timeouts)}</td>
+      <td class="num">${bad(p.disconnects)}</td></tr>`).join("");
+  return `<p class="pad-x"><b>Producers</b> <span class="muted">(per sink and broker; latency of the last second, counts since the start)</span></p>
+    <table id="kafka-producers-table"><thead><tr><th>Sink</th><th class="num">Broker</th><th class="num">Request p50 ms</th>
+      <th class="num">p99 ms</th><th class="num">Requests</th><th class="num">Errors</th><th class="num">Retries</th>
+      <th class="num">Timeouts</th><th class="num">Disconnects</th></tr></thead><tbody>${rows}</tbody></table>`;
 }

@@ -160,9 +160,11 @@ impl<T: Data> Sink for KafkaSink<T> {
                 txns.set_checkpoint_timing(ctx.checkpoint_timing);
                 Mode::Transactional(Box::new(txns))
             }
-            DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => {
-                Mode::Plain(SinkProducer::create(&self.config, None)?)
-            }
+            DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => Mode::Plain(SinkProducer::create(
+                &self.config,
+                None,
+                Some(producer::BrokerStats::new(ctx.metrics.clone())),
+            )?),
         };
         Ok(())
     }

@@ -1,12 +1,15 @@
 //! One librdkafka producer and what it delivered: the building block of the sink.
 
 use super::config::KafkaSinkConfig;
+use caudal::metrics::{kafka_producer_gauges, SubtaskMetrics};
 use caudal::{Error, Result};
 use parking_lot::Mutex;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,10 +40,64 @@ pub(crate) struct DeliveryWatch {
     first_error: Mutex<Option<String>>,
 }
 
-/// librdkafka calls back here for every delivered or failed record.
-pub(crate) struct WatchingContext(Arc<DeliveryWatch>);
+/// librdkafka calls back here for every delivered or failed record, and with its
+/// statistics (when the producer reports broker statistics).
+pub(crate) struct WatchingContext(Arc<DeliveryWatch>, Option<Arc<BrokerStats>>);
 
-impl ClientContext for WatchingContext {}
+impl ClientContext for WatchingContext {
+    fn stats(&self, statistics: Statistics) {
+        if let Some(stats) = &self.1 {
+            stats.update(&statistics);
+        }
+    }
+}
+
+/// What a sink subtask's producers see of each broker: per (producer, broker) the last
+/// statistics, published as [`kafka_producer_gauges`] (counters summed over the producers,
+/// latencies the largest of their last windows).
+pub(crate) struct BrokerStats {
+    metrics: Arc<SubtaskMetrics>,
+    last: Mutex<BTreeMap<(String, i32), [i64; 7]>>,
+}
+
+impl BrokerStats {
+    pub(crate) fn new(metrics: Arc<SubtaskMetrics>) -> Arc<Self> {
+        Arc::new(BrokerStats { metrics, last: Mutex::new(BTreeMap::new()) })
+    }
+
+    fn update(&self, s: &Statistics) {
+        let mut last = self.last.lock();
+        for b in s.brokers.values().filter(|b| b.nodeid >= 0) {
+            let (p50, p99) = b.rtt.as_ref().filter(|w| w.cnt > 0).map_or((-1, -1), |w| (w.p50, w.p99));
+            last.insert(
+                (s.name.clone(), b.nodeid),
+                [
+                    p50,
+                    p99,
+                    b.tx as i64,
+                    b.txerrs as i64,
+                    b.txretries as i64,
+                    b.req_timeouts as i64,
+                    b.disconnects.unwrap_or(0),
+                ],
+            );
+        }
+        let mut per_broker: BTreeMap<i32, [i64; 7]> = BTreeMap::new();
+        for ((_, broker), v) in last.iter() {
+            let t = per_broker.entry(*broker).or_insert([-1, -1, 0, 0, 0, 0, 0]);
+            t[0] = t[0].max(v[0]);
+            t[1] = t[1].max(v[1]);
+            for i in 2..7 {
+                t[i] += v[i];
+            }
+        }
+        for (broker, values) in per_broker {
+            for (what, value) in kafka_producer_gauges::ALL.iter().zip(values) {
+                self.metrics.gauge(kafka_producer_gauges::name(broker, what)).store(value, Ordering::Relaxed);
+            }
+        }
+    }
+}
 
 impl ProducerContext for WatchingContext {
     type DeliveryOpaque = ();
@@ -72,7 +129,11 @@ pub(crate) struct SinkProducer {
 impl SinkProducer {
     /// A producer for `config`, transactional when `transactional_id` is given, idempotent
     /// unless delivery is `none`.
-    pub(crate) fn create(config: &KafkaSinkConfig, transactional_id: Option<&str>) -> Result<Self> {
+    pub(crate) fn create(
+        config: &KafkaSinkConfig,
+        transactional_id: Option<&str>,
+        stats: Option<Arc<BrokerStats>>,
+    ) -> Result<Self> {
         crate::kafka::properties::check_producer_properties(&config.properties, config.delivery)?;
         let mut client = ClientConfig::new();
         client
@@ -89,12 +150,15 @@ impl SinkProducer {
                 .set("transactional.id", id)
                 .set("transaction.timeout.ms", config.transaction_timeout.as_millis().to_string());
         }
+        if stats.is_some() {
+            client.set("statistics.interval.ms", "1000");
+        }
         for (k, v) in &config.properties {
             client.set(k, v);
         }
         let watch = Arc::new(DeliveryWatch::default());
         let producer =
-            client.create_with_context(WatchingContext(watch.clone())).map_err(|e| Error::Config {
+            client.create_with_context(WatchingContext(watch.clone(), stats)).map_err(|e| Error::Config {
                 setting: "kafka producer".into(),
                 message: format!("{e} (sink into `{}`)", config.topic),
             })?;

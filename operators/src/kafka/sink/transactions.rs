@@ -15,7 +15,7 @@
 //! second restore from that checkpoint finds them committed rather than fenced.
 
 use super::config::KafkaSinkConfig;
-use super::producer::SinkProducer;
+use super::producer::{BrokerStats, SinkProducer};
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
 use caudal::metrics::{kafka_txn_gauges as g, SubtaskMetrics};
 use caudal::{crash, CheckpointId, Error, Result};
@@ -124,6 +124,8 @@ pub(crate) struct Transactions {
     /// the coordinator, half a second at times): the transaction after a barrier begins on
     /// a producer made while the one before ran, so records do not wait for it.
     ahead: Option<(u32, std::thread::JoinHandle<Result<TxnProducer>>)>,
+    /// What the pool's producers see of the brokers (one set of gauges for the subtask).
+    stats: Arc<BrokerStats>,
 }
 
 /// What making a producer needs, off the task thread.
@@ -133,6 +135,7 @@ struct ProducerMaker {
     coordinator: TxnCoordinatorClient,
     id_prefix: String,
     metrics: Arc<SubtaskMetrics>,
+    stats: Arc<BrokerStats>,
 }
 
 impl Transactions {
@@ -155,6 +158,7 @@ impl Transactions {
             reserved: Vec::new(),
             last_barrier: 0,
             horizon: None,
+            stats: BrokerStats::new(metrics.clone()),
             metrics,
             ahead: None,
         }
@@ -389,6 +393,7 @@ impl Transactions {
             coordinator: self.coordinator.clone(),
             id_prefix: self.id_prefix.clone(),
             metrics: self.metrics.clone(),
+            stats: self.stats.clone(),
         }
     }
 
@@ -426,7 +431,7 @@ impl ProducerMaker {
     fn make(&self, subtask: u32, index: u32) -> Result<TxnProducer> {
         let transactional_id = super::recovery::transactional_id(&self.id_prefix, subtask, index);
         let started = Instant::now();
-        let producer = SinkProducer::create(&self.config, Some(&transactional_id))?;
+        let producer = SinkProducer::create(&self.config, Some(&transactional_id), Some(self.stats.clone()))?;
         // Fences any older producer of this id and aborts what it left open.
         producer.producer.init_transactions(self.config.request_timeout).map_err(|e| {
             match e.rdkafka_error_code() {
