@@ -567,18 +567,29 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     let health = browser.wait_for(
         "broker health of the source's and the sink's partitions",
         "const rows = Array.from(document.querySelectorAll('#kafka-health-table tbody tr'));
-         return rows.length === 3 && rows.every(r => r.children[5].textContent === '1')
-           ? rows.map(r => [r.dataset.kind, r.dataset.partition, r.children[4].textContent, r.children[6].textContent]) : null;",
+         return rows.length === 3 && rows.every(r => r.children[5].textContent === '1' && r.children[6].textContent === '0')
+           ? rows.map(r => [r.dataset.kind, r.dataset.partition, r.children[4].textContent, r.children[6].textContent,
+                            r.children[7].textContent, r.children[8].textContent]) : null;",
         Duration::from_secs(30),
     );
     assert_eq!(
         health,
         json!([
-            ["source", "0", "1", "in sync"],
-            ["source", "1", "1", "in sync"],
-            ["sink", "0", "1", "in sync"]
-        ])
+            ["source", "0", "1", "0", "0", "in sync"],
+            ["source", "1", "1", "0", "0", "in sync"],
+            ["sink", "0", "1", "0", "0", "in sync"]
+        ]),
+        "(replicas, ISR shrinks, ISR expands, state)"
     );
+    // The sink's producers: a row per broker, requests counted, no errors on a healthy one.
+    let producers = browser.wait_for(
+        "the sink's producers per broker",
+        "const rows = Array.from(document.querySelectorAll('#kafka-producers-table tbody tr'));
+         return rows.length && rows.every(r => Number(r.children[4].textContent) > 0)
+           ? rows.map(r => [r.children[0].textContent, r.children[5].textContent, r.children[8].textContent]) : null;",
+        Duration::from_secs(30),
+    );
+    assert_eq!(producers, json!([["kafka-out", "0", "0"]]), "(sink, errors, disconnects)");
     let summary = browser.eval("return document.querySelector('#kafka-health p').textContent;");
     assert!(summary.as_str().unwrap().contains("every partition in sync"), "{summary}");
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");

@@ -207,6 +207,28 @@ impl Transactions {
         self.open.as_mut().ok_or_else(|| Error::Operator("kafka sink: no open transaction".into()))
     }
 
+    /// Once per barrier: a producer made ahead that is ready joins the free ones, and every
+    /// producer not in use is served (its statistics and reports would pile up in its queue).
+    fn serve_idle_producers(&mut self) -> Result<()> {
+        if self.ahead.as_ref().is_some_and(|(_, made)| made.is_finished()) {
+            if let Some((_, made)) = self.ahead.take() {
+                let txn = made
+                    .join()
+                    .map_err(|_| Error::Operator("kafka sink: the producer maker panicked".into()))??;
+                self.free.push(txn);
+            }
+        }
+        for txn in self
+            .free
+            .iter()
+            .chain(self.pending.iter().map(|p| &p.txn))
+            .chain(self.committed.iter().map(|p| &p.txn))
+        {
+            txn.producer.poll();
+        }
+        Ok(())
+    }
+
     /// Serves delivery reports of the open transaction (once per batch).
     pub(crate) fn poll(&self) {
         if let Some(txn) = &self.open {
@@ -242,6 +264,7 @@ impl Transactions {
     /// Barrier `checkpoint`: flush the open transaction and move it to pending; return the
     /// snapshot listing every pending transaction.
     pub(crate) fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<SinkSnapshot> {
+        self.serve_idle_producers()?;
         if let Some(txn) = self.open.take() {
             if txn.records == 0 {
                 // An empty transaction stays open for the next epoch: there is nothing to
