@@ -207,6 +207,7 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
         assert_eq!(p["end_offset"], want, "{p}");
         assert_eq!(p["lag"], want, "the whole partition is lag before a checkpoint: {p}");
         assert!(p["checkpointed_offset"].is_null(), "no checkpoint can pass the closed gate: {p}");
+        assert!(p["catch_up_ms"].is_null(), "no progress, no catch-up time: {p}");
     }
     assert_eq!(
         partitions(&v).iter().map(|p| p["partition"].as_i64().unwrap()).collect::<Vec<_>>(),
@@ -249,6 +250,14 @@ fn lag_per_partition_is_served_and_falls_to_zero_after_a_checkpoint() {
         // Its watermark in the source: the latest record timestamp (produce time) - 1 ms.
         let wm = p["watermark"].as_i64().unwrap_or_else(|| panic!("no watermark: {p}"));
         assert!(now - 600_000 < wm && wm < now, "watermark {wm} vs now {now}: {p}");
+        // The lag in time: behind by about now - watermark; caught up (no lag left).
+        let behind = p["behind_ms"].as_i64().unwrap_or_else(|| panic!("no behind_ms: {p}"));
+        assert!(
+            behind >= 0 && behind <= now - wm + 5_000,
+            "behind {behind} ms vs now - watermark {}: {p}",
+            now - wm
+        );
+        assert_eq!(p["catch_up_ms"], 0, "no lag left: {p}");
         let history: Vec<i64> =
             p["lag_history"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
         assert!(history.contains(&want), "the history keeps the lag before the checkpoint: {p}");

@@ -134,6 +134,27 @@ pub(crate) struct PartitionLag {
     pub(crate) in_sync_replicas: Option<i64>,
     /// The lag at each of `history_at_ms` (`null` where it was not known).
     pub(crate) lag_history: Vec<Option<i64>>,
+    /// The lag in event time: now minus the partition's watermark, ms (`null` before its
+    /// first record).
+    pub(crate) behind_ms: Option<i64>,
+    /// How long until the lag is gone at the rate checkpoints covered this partition over the
+    /// last [`CATCH_UP_WINDOW`], ms (0: no lag; `null`: unknown, or no progress in it).
+    pub(crate) catch_up_ms: Option<i64>,
+}
+
+/// The window over which a partition's consumption rate is measured for `catch_up_ms`.
+pub(crate) const CATCH_UP_WINDOW: Duration = Duration::from_secs(30);
+
+/// How long `lag` records take at the rate `checkpointed` advanced over the samples
+/// `(at_ms, checkpointed offset)`, oldest first, up to `now_ms`.
+fn catch_up_ms(lag: Option<i64>, now: Option<i64>, samples: &[(i64, i64)], now_ms: i64) -> Option<i64> {
+    let (lag, now) = (lag?, now?);
+    if lag == 0 {
+        return Some(0);
+    }
+    let (then_ms, then) = *samples.first()?;
+    let (advanced, secs) = (now - then, (now_ms - then_ms) as f64 / 1000.0);
+    (advanced > 0 && secs > 0.0).then(|| (lag as f64 / (advanced as f64 / secs) * 1000.0) as i64)
 }
 
 fn known(v: Option<i64>) -> Option<i64> {
@@ -163,16 +184,25 @@ impl KafkaView {
             let samples: Vec<_> = h.since(history).collect();
             let at: Vec<i64> = samples.iter().map(|s| s.at_ms).collect();
             let mut lags: BTreeMap<(u32, String, i32), Vec<Option<i64>>> = BTreeMap::new();
+            let mut covered: BTreeMap<(u32, String, i32), Vec<(i64, i64)>> = BTreeMap::new();
+            let since = now - CATCH_UP_WINDOW.as_millis() as i64;
             for (op, parts) in &sources {
                 for (topic, p) in parts {
                     let name = kafka_gauges::name(topic, *p, kafka_gauges::LAG);
                     let series = samples.iter().map(|s| known(s.gauge(op.id, &name))).collect();
                     lags.insert((op.id, topic.clone(), *p), series);
+                    let name = kafka_gauges::name(topic, *p, kafka_gauges::CHECKPOINTED_OFFSET);
+                    let points = samples
+                        .iter()
+                        .filter(|s| s.at_ms >= since)
+                        .filter_map(|s| known(s.gauge(op.id, &name)).map(|o| (s.at_ms, o)))
+                        .collect();
+                    covered.insert((op.id, topic.clone(), *p), points);
                 }
             }
-            (at, lags)
+            (at, (lags, covered))
         });
-        let mut histories = histories;
+        let (mut histories, mut covered) = histories;
         let sources = sources
             .into_iter()
             .map(|(op, parts)| {
@@ -181,7 +211,18 @@ impl KafkaView {
                 };
                 let partitions: Vec<PartitionLag> = parts
                     .into_iter()
-                    .map(|(topic, p)| PartitionLag {
+                    .map(|(topic, p)| {
+                        let samples = covered.remove(&(op.id, topic.clone(), p)).unwrap_or_default();
+                        (topic, p, samples)
+                    })
+                    .map(|(topic, p, samples)| PartitionLag {
+                        behind_ms: gauge(&topic, p, kafka_gauges::WATERMARK).map(|w| (now - w).max(0)),
+                        catch_up_ms: catch_up_ms(
+                            gauge(&topic, p, kafka_gauges::LAG),
+                            gauge(&topic, p, kafka_gauges::CHECKPOINTED_OFFSET),
+                            &samples,
+                            now,
+                        ),
                         end_offset: gauge(&topic, p, kafka_gauges::END_OFFSET),
                         checkpointed_offset: gauge(&topic, p, kafka_gauges::CHECKPOINTED_OFFSET),
                         lag: gauge(&topic, p, kafka_gauges::LAG),
@@ -267,4 +308,18 @@ fn health_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<TopicHealth> 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catch_up_time_is_the_lag_at_the_rate_checkpoints_advanced() {
+        // 1,000 records covered in 10 s: 100/s; a lag of 500 takes 5 s.
+        assert_eq!(catch_up_ms(Some(500), Some(2_000), &[(0, 1_000)], 10_000), Some(5_000));
+        assert_eq!(catch_up_ms(Some(0), Some(2_000), &[], 10_000), Some(0));
+        assert_eq!(catch_up_ms(Some(500), Some(1_000), &[(0, 1_000)], 10_000), None, "no progress");
+        assert_eq!(catch_up_ms(None, Some(1_000), &[(0, 0)], 10_000), None, "lag unknown");
+    }
 }

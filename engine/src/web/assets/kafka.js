@@ -52,10 +52,12 @@ function renderKafka(kafka) {
       <td class="num">${fmtInt(s.p.end_offset)}</td><td class="num">${fmtInt(s.p.checkpointed_offset)}</td>
       <td class="num kafka-lag">${s.p.lag == null ? `<span class="muted">—</span>` :
         `<span class="bar"><i style="width:${Math.round((100 * s.p.lag) / maxLag)}%;background:${s.colour}"></i></span>${fmtInt(s.p.lag)}`}</td>
-      <td class="mono kafka-wm">${s.p.watermark == null ? `<span class="muted">—</span>` : esc(fmtWatermark(s.p.watermark, "ACTIVE"))}</td></tr>`).join("");
+      <td class="mono kafka-wm">${s.p.watermark == null ? `<span class="muted">—</span>` : esc(fmtWatermark(s.p.watermark, "ACTIVE"))}</td>
+      <td class="num kafka-behind">${fmtSpan(s.p.behind_ms)}</td><td class="num kafka-catch-up">${fmtSpan(s.p.catch_up_ms)}</td></tr>`).join("");
   const total = kafka.sources.reduce((a, s) => (s.lag == null ? a : (a || 0) + s.lag), null);
   $("#kafka-table").innerHTML = `<table id="kafka"><thead><tr><th>Source</th><th>Topic</th><th class="num">Partition</th>
-    <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th><th title="The partition's watermark in the source">Watermark</th></tr></thead><tbody>${rows}</tbody>
+    <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th><th title="The partition's watermark in the source">Watermark</th>
+    <th class="num" title="now minus the partition's watermark">Behind (event time)</th><th class="num" title="the lag at the rate checkpoints covered the partition over the last 30 s">Caught up in</th></tr></thead><tbody>${rows}</tbody>
     <tfoot><tr><td colspan="5">Total</td><td class="num" id="kafka-total">${fmtInt(total)}</td><td></td></tr></tfoot></table>`;
 }
 
@@ -167,4 +169,14 @@ function renderKafkaProducers(kafka) {
     <table id="kafka-producers-table"><thead><tr><th>Sink</th><th class="num">Broker</th><th class="num">Request p50 ms</th>
       <th class="num">p99 ms</th><th class="num">Requests</th><th class="num">Errors</th><th class="num">Retries</th>
       <th class="num">Timeouts</th><th class="num">Disconnects</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+// A span of milliseconds in words: 850 ms, 12.3 s, 4 min 10 s, 2 h 5 min; "—" when unknown.
+function fmtSpan(ms) {
+  if (ms == null) return `<span class="muted">—</span>`;
+  if (ms < 1000) return `${ms} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
