@@ -23,27 +23,7 @@ fn partitions_of_sources_and_sinks_report_replicas_and_in_sync_replicas() {
     let (input, output) = (unique("health-in"), unique("health-out"));
     create_topic(&stack, &input, 2);
     create_topic(&stack, &output, 1);
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let config =
-        JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
-    let source = KafkaSourceConfig::new(&stack.brokers, &input);
-    let sink = KafkaSinkConfig::new(&stack.brokers, &output).delivery(DeliveryGuarantee::AtLeastOnce);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        let env = StreamEnv::with_config(config);
-        env.source("in", KafkaSource::<Value>::json(source), WatermarkStrategy::none())
-            .sink("out", move |_| Ok(KafkaSink::new(sink.clone(), JsonSerializer)));
-        let _ = tx.send(env.stop_handle());
-        env.execute("kafka-health")
-    });
-    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let base = format!("http://{addr}");
+    let Running { agent, base, stop, runner } = run(&stack, &input, &output, "kafka-health");
     let deadline = Instant::now() + Duration::from_secs(60);
     let v: Value = loop {
         let answer = agent
@@ -124,27 +104,7 @@ fn a_sinks_producers_report_request_latency_and_errors_per_broker() {
             }
         })
     };
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let config =
-        JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
-    let source = KafkaSourceConfig::new(&stack.brokers, &input);
-    let sink = KafkaSinkConfig::new(&stack.brokers, &output).delivery(DeliveryGuarantee::AtLeastOnce);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        let env = StreamEnv::with_config(config);
-        env.source("in", KafkaSource::<Value>::json(source), WatermarkStrategy::none())
-            .sink("out", move |_| Ok(KafkaSink::new(sink.clone(), JsonSerializer)));
-        let _ = tx.send(env.stop_handle());
-        env.execute("kafka-producers")
-    });
-    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let base = format!("http://{addr}");
+    let Running { agent, base, stop, runner } = run(&stack, &input, &output, "kafka-producers");
     let deadline = Instant::now() + Duration::from_secs(60);
     let producer: Value = loop {
         let answer = agent
@@ -187,4 +147,37 @@ fn a_sinks_producers_report_request_latency_and_errors_per_broker() {
     feeder.join().unwrap();
     stop.stop();
     runner.join().unwrap().expect("the job ends cleanly");
+}
+
+/// The job under test: JSON records from `input` into `output` (at-least-once), its REST API
+/// on a free port.
+struct Running {
+    agent: ureq::Agent,
+    base: String,
+    stop: caudal::StopHandle,
+    runner: std::thread::JoinHandle<caudal::Result<caudal::JobResult>>,
+}
+
+fn run(stack: &kafka_support::Stack, input: &str, output: &str, job: &'static str) -> Running {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config =
+        JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
+    let source = KafkaSourceConfig::new(&stack.brokers, input);
+    let sink = KafkaSinkConfig::new(&stack.brokers, output).delivery(DeliveryGuarantee::AtLeastOnce);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let env = StreamEnv::with_config(config);
+        env.source("in", KafkaSource::<Value>::json(source), WatermarkStrategy::none())
+            .sink("out", move |_| Ok(KafkaSink::new(sink.clone(), JsonSerializer)));
+        let _ = tx.send(env.stop_handle());
+        env.execute(job)
+    });
+    let stop = rx.recv_timeout(Duration::from_secs(30)).expect("the job did not build");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    Running { agent, base: format!("http://{addr}"), stop, runner }
 }
