@@ -8,7 +8,7 @@
 use crate::temperature::names;
 use caudal::{JobConfig, JobResult, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
-use caudal_operators::kafka::{AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig};
+use caudal_operators::kafka::{AvroSerializer, DeliveryGuarantee, KafkaSinkConfig};
 
 /// What to produce where.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ impl Producer {
             "kafka-producer",
             move |_| {
                 let serializer = AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id);
-                Ok(KafkaSink::new(sink.clone(), serializer))
+                sink.build(serializer)
             },
         );
         env.execute(&format!("produce-{}", self.topic))

@@ -6,8 +6,7 @@ use caudal::{DataStream, RateLimited, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{
-    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSource,
-    KafkaSourceConfig,
+    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSinkConfig, KafkaSourceConfig,
 };
 use caudal_operators::postgres::PostgresSinkConfig;
 use caudal_operators::redis::RedisSinkConfig;
@@ -233,8 +232,7 @@ impl TemperatureJob {
                 config.dead_letter_topic = input.dead_letter_topic.clone();
                 config.properties = input.properties.clone();
                 config.partition_discovery = input.partition_discovery;
-                let source =
-                    KafkaSource::new(config, AvroDecoder::<SensorReading>::factory(&input.schema_registry));
+                let source = config.build(AvroDecoder::<SensorReading>::factory(&input.schema_registry))?;
                 match input.max_records_per_second {
                     Some(rate) => {
                         env.source(names::KAFKA_SOURCE, RateLimited::new(source, rate)?, watermarks)
@@ -337,7 +335,7 @@ impl TemperatureJob {
                 stream
                     .sink(name, move |_| {
                         let serializer = AvroSerializer::<T>::new(&registry).keyed(key);
-                        Ok(KafkaSink::new(config.clone(), serializer))
+                        config.build(serializer)
                     })
                     .uid(name);
             }

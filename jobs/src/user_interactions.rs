@@ -8,8 +8,7 @@
 use caudal::{Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::generator::mix;
 use caudal_operators::kafka::{
-    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSource,
-    KafkaSourceConfig,
+    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSinkConfig, KafkaSourceConfig,
 };
 use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
 use caudal_schemas::{EventType, UserInteraction, UserInteractionCount};
@@ -83,7 +82,7 @@ impl UserInteractionsJob {
     pub fn build(&self, env: &StreamEnv) -> Result<()> {
         let mut input = KafkaSourceConfig::new(&self.brokers, &self.input_topic).bounded(self.bounded);
         input.properties = self.consumer_properties.clone();
-        let source = KafkaSource::new(input, AvroDecoder::<UserInteraction>::factory(&self.schema_registry));
+        let source = input.build(AvroDecoder::<UserInteraction>::factory(&self.schema_registry))?;
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5), |e: &UserInteraction| e.ts)
                 .with_idleness(Duration::from_secs(30));
@@ -110,7 +109,7 @@ impl UserInteractionsJob {
             .sink(names::SINK, move |_| {
                 let serializer =
                     AvroSerializer::<UserInteractionCount>::new(&registry).keyed(|c| c.user_id.clone());
-                Ok(KafkaSink::new(sink.clone(), serializer))
+                sink.build(serializer)
             })
             .uid(names::SINK);
         Ok(())
@@ -153,7 +152,7 @@ pub fn produce(
         "kafka-producer",
         move |_| {
             let serializer = AvroSerializer::<UserInteraction>::new(&registry).keyed(|e| e.user_id.clone());
-            Ok(KafkaSink::new(sink.clone(), serializer))
+            sink.build(serializer)
         },
     );
     env.execute(&format!("produce-{topic}"))

@@ -12,6 +12,7 @@
 
 mod health;
 pub mod properties;
+mod serde_forms;
 pub mod sink;
 pub mod source;
 pub mod txn_coordinator;

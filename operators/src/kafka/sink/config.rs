@@ -38,30 +38,50 @@ impl std::str::FromStr for DeliveryGuarantee {
 /// alive at the broker.
 pub const RESTART_ALLOWANCE: Duration = Duration::from_secs(2 * 60);
 
-/// The configuration of a [`super::KafkaSink`].
-#[derive(Debug, Clone)]
+/// The configuration of a [`super::KafkaSink`]; in JSON (or any serde format) durations are
+/// milliseconds (`transaction_timeout_ms`, `request_timeout_ms`), properties a map, and an
+/// unknown field is an error. [`KafkaSinkConfig::build`] checks it and makes the sink.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
     /// `host:port[,host:port…]`.
     pub brokers: String,
     /// The topic written.
     pub topic: String,
     /// Exactly-once (default), at-least-once or none.
+    #[serde(default)]
     pub delivery: DeliveryGuarantee,
     /// Prefix of the transactional ids; `None`: `<job>-<operator uid>`. Two jobs writing
     /// at the same time must not share it: they would fence each other.
+    #[serde(default)]
     pub transactional_id_prefix: Option<String>,
     /// The producer's `transaction.timeout.ms`: must exceed checkpoint interval +
     /// checkpoint timeout + a restart, and stay within the broker's
     /// `transaction.max.timeout.ms`.
+    #[serde(rename = "transaction_timeout_ms", with = "crate::kafka::serde_forms::millis")]
+    #[serde(default = "default_transaction_timeout")]
     pub transaction_timeout: Duration,
     /// Time allowed for one flush, commit or coordinator call.
+    #[serde(rename = "request_timeout_ms", with = "crate::kafka::serde_forms::millis")]
+    #[serde(default = "default_request_timeout")]
     pub request_timeout: Duration,
     /// Stamp Kafka records with the record's event time instead of the time they are
     /// produced. Off by default: a broker deletes records stamped older than the topic's
     /// `retention.ms` right away (replays of old data would vanish).
+    #[serde(default)]
     pub event_time_timestamps: bool,
-    /// Extra librdkafka producer properties (e.g. `compression.type`, `linger.ms`).
+    /// Extra librdkafka producer properties (e.g. `compression.type`, `linger.ms`; checked
+    /// at start: see `kafka::properties`).
+    #[serde(default, with = "crate::kafka::serde_forms::pairs")]
     pub properties: Vec<(String, String)>,
+}
+
+fn default_transaction_timeout() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl KafkaSinkConfig {
@@ -73,8 +93,8 @@ impl KafkaSinkConfig {
             topic: topic.into(),
             delivery: DeliveryGuarantee::ExactlyOnce,
             transactional_id_prefix: None,
-            transaction_timeout: Duration::from_secs(15 * 60),
-            request_timeout: Duration::from_secs(60),
+            transaction_timeout: default_transaction_timeout(),
+            request_timeout: default_request_timeout(),
             event_time_timestamps: false,
             properties: Vec::new(),
         }
@@ -96,6 +116,35 @@ impl KafkaSinkConfig {
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.push((key.into(), value.into()));
         self
+    }
+
+    /// Checks what can be checked without a broker: a topic and brokers named, timeouts of
+    /// at least a second, and the properties (`kafka::properties`).
+    pub fn validate(&self) -> Result<()> {
+        if self.brokers.trim().is_empty() {
+            return Err(Error::config("kafka.brokers", "no broker given"));
+        }
+        if self.topic.trim().is_empty() {
+            return Err(Error::config("kafka.topic", "no topic given"));
+        }
+        for (setting, d) in [
+            ("kafka.transaction_timeout_ms", self.transaction_timeout),
+            ("kafka.request_timeout_ms", self.request_timeout),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err(Error::config(setting, format!("{} ms is below a second", d.as_millis())));
+            }
+        }
+        crate::kafka::properties::check_producer_properties(&self.properties, self.delivery)
+    }
+
+    /// Validates and builds the sink for records of type `T`, encoded by `serializer`.
+    pub fn build<T: caudal::Data>(
+        &self,
+        serializer: impl super::KafkaSerializer<T>,
+    ) -> Result<super::KafkaSink<T>> {
+        self.validate()?;
+        Ok(super::KafkaSink::new(self.clone(), serializer))
     }
 
     /// Exactly-once needs the transaction to outlive the longest time between its
@@ -144,6 +193,30 @@ mod tests {
         fine.check_timeout(Some((Duration::from_secs(60), Duration::from_secs(600)))).unwrap();
         let at_least_once = config.delivery(DeliveryGuarantee::AtLeastOnce);
         at_least_once.check_timeout(Some((Duration::from_secs(60), Duration::from_secs(600)))).unwrap();
+    }
+
+    #[test]
+    fn the_config_reads_from_json_refuses_unknown_fields_and_validates() {
+        let json = r#"{"brokers":"b:9092","topic":"out","delivery":"at-least-once",
+            "transaction_timeout_ms":600000,"properties":{"compression.type":"snappy"}}"#;
+        let config: KafkaSinkConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(config.delivery, DeliveryGuarantee::AtLeastOnce);
+        assert_eq!(config.transaction_timeout, Duration::from_secs(600));
+        assert_eq!(config.request_timeout, Duration::from_secs(60), "the default");
+        assert_eq!(config.properties, vec![("compression.type".to_string(), "snappy".to_string())]);
+        let again: KafkaSinkConfig = serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
+        assert_eq!(again, config);
+        let e =
+            serde_json::from_str::<KafkaSinkConfig>(r#"{"brokers":"b","topic":"t","linger":5}"#).unwrap_err();
+        assert!(e.to_string().contains("linger"), "{e}");
+        config.validate().unwrap();
+        let e = KafkaSinkConfig::new("b:9092", "").validate().unwrap_err();
+        assert!(e.to_string().contains("kafka.topic"), "{e}");
+        let e = KafkaSinkConfig::new("b:9092", "t")
+            .property("enable.idempotence", "false")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("refused"), "{e}");
     }
 
     #[test]
