@@ -27,6 +27,14 @@ const USAGE: &str = "usage: caudal topic create NAME (--partitions N | --target-
 [--replication R] [--config K=V]... [--brokers B]\n       caudal topic describe NAME [--brokers B]";
 const TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A line of the answer (written out at the end: a closed pipe, as `| head`, is no error).
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
 #[derive(Debug, Default)]
 struct Args {
     command: String,
@@ -103,14 +111,14 @@ fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>, String> {
     ClientConfig::new().set("bootstrap.servers", brokers).create().map_err(|e| e.to_string())
 }
 
-fn create(a: &Args) -> Result<(), String> {
+fn create(a: &Args, out: &mut String) -> Result<(), String> {
     let partitions = match (a.partitions, a.target_rate, a.per_partition_rate) {
         (Some(n), None, None) if n > 0 => n,
         (Some(_), None, None) => return Err("--partitions must be at least 1".into()),
         (None, Some(target), Some(per)) => {
             let parallelism = a.parallelism.unwrap_or(1);
             let n = sized(target, per, parallelism)?;
-            println!(
+            say!(out,
                 "sizing: at least {target}/{per} = {} partitions for the rate, at least {parallelism} for the \
                  consumer parallelism: {n}",
                 (target / per).ceil()
@@ -131,11 +139,11 @@ fn create(a: &Args) -> Result<(), String> {
     for r in results {
         r.map_err(|(t, e)| format!("creating `{t}`: {e}"))?;
     }
-    println!("created `{}`: {partitions} partitions, replication {}", a.topic, a.replication);
+    say!(out, "created `{}`: {partitions} partitions, replication {}", a.topic, a.replication);
     Ok(())
 }
 
-fn describe(a: &Args) -> Result<(), String> {
+fn describe(a: &Args, out: &mut String) -> Result<(), String> {
     let consumer: BaseConsumer =
         ClientConfig::new().set("bootstrap.servers", &a.brokers).create().map_err(|e| e.to_string())?;
     let metadata = consumer
@@ -147,13 +155,14 @@ fn describe(a: &Args) -> Result<(), String> {
         .find(|t| t.name() == a.topic && t.error().is_none())
         .ok_or_else(|| format!("topic `{}` does not exist on {}", a.topic, a.brokers))?;
     let mut ends = Vec::new();
-    println!("topic {}: {} partitions", a.topic, topic.partitions().len());
-    println!("partition  leader  replicas  in-sync  low offset  end offset");
+    say!(out, "topic {}: {} partitions", a.topic, topic.partitions().len());
+    say!(out, "partition  leader  replicas  in-sync  low offset  end offset");
     for p in topic.partitions() {
         let (low, high) = consumer.fetch_watermarks(&a.topic, p.id(), TIMEOUT).map_err(|e| e.to_string())?;
         ends.push((p.id(), high));
         let under = if p.isr().len() < p.replicas().len() { "  under-replicated" } else { "" };
-        println!(
+        say!(
+            out,
             "{:>9}  {:>6}  {:>8}  {:>7}  {low:>10}  {high:>10}{under}",
             p.id(),
             p.leader(),
@@ -166,15 +175,15 @@ fn describe(a: &Args) -> Result<(), String> {
         admin.describe_configs(&[ResourceSpecifier::Topic(&a.topic)], &AdminOptions::new()),
     )
     .map_err(|e| format!("reading the configs of `{}`: {e}", a.topic))?;
-    println!("configs (not default):");
+    say!(out, "configs (not default):");
     for resource in configs.into_iter().flatten() {
         for entry in resource.entries.iter().filter(|e| !e.is_default) {
-            println!("  {}={}", entry.name, entry.value.as_deref().unwrap_or(""));
+            say!(out, "  {}={}", entry.name, entry.value.as_deref().unwrap_or(""));
         }
     }
     let groups =
         consumer.fetch_group_list(None, TIMEOUT).map_err(|e| format!("listing consumer groups: {e}"))?;
-    println!("consumer groups with offsets on it (lag = end offset - committed):");
+    say!(out, "consumer groups with offsets on it (lag = end offset - committed):");
     let mut any = false;
     for group in groups.groups() {
         let reader: BaseConsumer = ClientConfig::new()
@@ -204,10 +213,10 @@ fn describe(a: &Args) -> Result<(), String> {
             .map(|(p, o)| ends.iter().find(|(q, _)| q == p).map_or(0, |(_, end)| (end - o).max(0)))
             .sum();
         let each: Vec<String> = offsets.iter().map(|(p, o)| format!("{p}:{o}")).collect();
-        println!("  {}  lag {lag}  committed {}", group.name(), each.join(" "));
+        say!(out, "  {}  lag {lag}  committed {}", group.name(), each.join(" "));
     }
     if !any {
-        println!("  (none)");
+        say!(out, "  (none)");
     }
     Ok(())
 }
@@ -221,7 +230,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let done = if args.command == "create" { create(&args) } else { describe(&args) };
+    let mut out = String::new();
+    let done = if args.command == "create" { create(&args, &mut out) } else { describe(&args, &mut out) };
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
     match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
