@@ -56,7 +56,7 @@ pub use job::StopHandle;
 pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };
-pub use operator::{new_attempt_id, LaterSnapshot, Operator, OperatorContext, Sink};
+pub use operator::{new_attempt_id, LaterSnapshot, Operator, OperatorContext, Sink, StateBrowse};
 pub use run::{JobResult, ProgressFn};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,

@@ -187,6 +187,17 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
+    /// The operator's hooks for the state browser ([`StateBrowse`]), when it has keyed state
+    /// worth showing; `None` (the default): its state is listed undecoded.
+    fn state_browser(&mut self) -> Option<&mut dyn StateBrowse> {
+        None
+    }
+}
+
+/// What the state browser ([`crate::state_query`]) asks of an operator with keyed state,
+/// offered through [`Operator::state_browser`]: to write its cache through before a listing,
+/// and to decode its keys and values for people.
+pub trait StateBrowse {
     /// The state browser is about to read this operator's keyed state (on the task thread,
     /// between batches; see [`crate::state_query`]): write any state cached in memory through
     /// to the backend, so that the reader sees the live state.
@@ -206,9 +217,9 @@ pub trait Operator: Send + 'static {
     }
 
     /// The state browser's key lookup, before it reads the backend: the current entries of
-    /// `key` (encoded as by [`Operator::state_key_from_json`]) held in memory and newer than
+    /// `key` (encoded as by [`StateBrowse::state_key_from_json`]) held in memory and newer than
     /// the backend, as `(state name, encoded namespace, value)`; `None` when the backend is
-    /// current for this key. Lets a lookup skip [`Operator::prepare_state_read`].
+    /// current for this key. Lets a lookup skip [`StateBrowse::prepare_state_read`].
     fn cached_state(&self, _key: &[u8]) -> Option<crate::state_query::CachedEntries> {
         None
     }
@@ -224,6 +235,11 @@ pub trait Operator: Send + 'static {
         None
     }
 }
+
+/// The browser of an operator that offers no hooks: nothing decoded.
+pub(crate) struct Undecoded;
+
+impl StateBrowse for Undecoded {}
 
 /// A sink: the end of a stream. Sinks flush at barriers and commit on checkpoint completion.
 pub trait Sink: Send + 'static {

@@ -3,7 +3,7 @@
 //! **In:** a [`StateRequest`] for one keyed operator subtask (look up a key, list a page of a
 //! key group's entries, entry counts and bytes per key group). **Out:** a [`StateReply`]
 //! with keys and values decoded as JSON where the operator can decode them
-//! ([`Operator::state_key_to_json`](crate::Operator::state_key_to_json) and friends), else
+//! ([`StateBrowse::state_key_to_json`](crate::StateBrowse::state_key_to_json) and friends), else
 //! as hex and byte length.
 //!
 //! **Invariant: state is only ever read by the task thread that owns it, between two
@@ -14,10 +14,10 @@
 //! it does only between batches — so a reader never sees a batch half applied and never
 //! races the operator — and answers on a one-shot channel the server awaits with a
 //! timeout. A key lookup first asks the operator for the key's entries in its in-memory
-//! cache ([`Operator::cached_state`](crate::Operator::cached_state): a hash lookup), and reads
+//! cache ([`StateBrowse::cached_state`](crate::StateBrowse::cached_state): a hash lookup), and reads
 //! the backend only when the operator holds none newer; listing a key group and the sizes
 //! first have the operator write its cache through to the backend
-//! ([`Operator::prepare_state_read`](crate::Operator::prepare_state_read); the window operator
+//! ([`StateBrowse::prepare_state_read`](crate::StateBrowse::prepare_state_read); the window operator
 //! does what it does at a barrier). Either way an answer is the live state, not the state of
 //! the last checkpoint. The hot path pays nothing: no per-batch poll, no lock.
 //! A task stuck on backpressure answers late; the server then reports a timeout.

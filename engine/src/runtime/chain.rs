@@ -246,15 +246,19 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn serve_state_queries(&mut self) -> Result<()> {
         if let (Some(rx), Some(keyed)) = (self.ctx.state_queries.clone(), self.ctx.keyed.clone()) {
             while let Ok(query) = rx.try_recv() {
-                let op = &mut self.op;
-                // A lookup reads the operator's cache first (Operator::cached_state): no flush.
+                let mut undecoded = crate::operator::Undecoded;
+                let browse: &mut dyn crate::operator::StateBrowse = match self.op.state_browser() {
+                    Some(b) => b,
+                    None => &mut undecoded,
+                };
+                // A lookup reads the operator's cache first (StateBrowse::cached_state): no flush.
                 let prepared = match query.request {
                     state_query::StateRequest::Lookup { .. } => Ok(()),
-                    _ => call(&mut self.ctx, |ctx| op.prepare_state_read(ctx)),
+                    _ => call(&mut self.ctx, |ctx| browse.prepare_state_read(ctx)),
                 };
                 let reply = match prepared {
                     Ok(()) => {
-                        let decoder = Decoder { op: &self.op, ctx: &self.ctx };
+                        let decoder = Decoder { op: &*browse, ctx: &self.ctx };
                         state_query::answer(query.request, &keyed, &self.ctx.key_groups, &decoder)
                     }
                     Err(e) => state_query::StateReply::Failed(e.to_string()),
@@ -273,12 +277,12 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
 }
 
 /// An operator's state hooks as the state browser's decoder.
-struct Decoder<'a, O: Operator> {
-    op: &'a O,
+struct Decoder<'a> {
+    op: &'a dyn crate::operator::StateBrowse,
     ctx: &'a OperatorContext,
 }
 
-impl<O: Operator> state_query::StateDecoder for Decoder<'_, O> {
+impl state_query::StateDecoder for Decoder<'_> {
     fn key_from_json(&self, key: &serde_json::Value) -> Option<Result<(u16, Vec<u8>)>> {
         self.op.state_key_from_json(key, self.ctx)
     }

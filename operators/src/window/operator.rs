@@ -16,7 +16,7 @@ use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::WindowEmitter;
 use caudal::keygroup::{key_group_of, StableHasher};
 use caudal::metrics::names;
-use caudal::{Batch, Data, Key, Operator, OperatorContext, Record, Result, Timestamp};
+use caudal::{Batch, Data, Key, Operator, OperatorContext, Record, Result, StateBrowse, Timestamp};
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
 use serde::{Deserialize, Serialize};
@@ -401,65 +401,6 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
         Ok(None)
     }
 
-    /// The state browser reads the backend next: write the changed windows through, as at
-    /// a barrier (the cache keeps them; only the dirty ones are written).
-    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
-        if let Some(cache) = &mut self.cache {
-            cache.flush(&mut *ctx.keyed_state()?, false)?;
-        }
-        Ok(())
-    }
-
-    fn state_key_from_json(
-        &self,
-        key: &serde_json::Value,
-        ctx: &OperatorContext,
-    ) -> Option<Result<(u16, Vec<u8>)>> {
-        let typed: K = match serde_json::from_value(key.clone()) {
-            Ok(k) => k,
-            Err(e) => {
-                let ty = std::any::type_name::<K>();
-                return Some(Err(caudal::Error::Operator(format!("{key} is not a key of type {ty}: {e}"))));
-            }
-        };
-        Some(encode(&typed).map(|bytes| (key_group_of(&typed, ctx.max_parallelism), bytes)))
-    }
-
-    /// A key in the cache: its windows as they are now (the backend may hold older ones).
-    fn cached_state(&self, key: &[u8]) -> Option<caudal::state_query::CachedEntries> {
-        let typed: K = decode(key).ok()?;
-        let entry = self.cache.as_ref()?.entries.get(&typed)?;
-        if entry.slots.is_empty() {
-            return Some(Vec::new()); // every window fired and cleaned up: no state
-        }
-        let value = encode_slots(&entry.slots).ok()?;
-        Some(vec![(WINDOW_STATE.to_string(), Vec::new(), value)])
-    }
-
-    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
-        serde_json::to_value(decode::<K>(key).ok()?).ok()
-    }
-
-    /// `{"windows": [{"start", "end", "fired", "accumulator"}]}` for state `window`.
-    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
-        if state != WINDOW_STATE {
-            return None;
-        }
-        let slots = decode_slots::<E::Acc>(value).ok()?;
-        let windows = slots
-            .iter()
-            .map(|s| {
-                Some(serde_json::json!({
-                    "start": s.window.start,
-                    "end": s.window.end,
-                    "fired": s.fired,
-                    "accumulator": serde_json::to_value(&s.acc).ok()?,
-                }))
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(serde_json::json!({ "windows": windows }))
-    }
-
     /// The engine restored the backend (this subtask's key groups); rebuild the timers.
     fn restore(&mut self, _snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
         self.cache = None;
@@ -554,5 +495,72 @@ impl<K: Key, T: Data, E: WindowEmitter<K, T>> Operator for WindowOperator<K, T, 
             }
         }
         cache.bound(&mut *backend)
+    }
+
+    fn state_browser(&mut self) -> Option<&mut dyn StateBrowse> {
+        Some(self)
+    }
+}
+
+/// The state browser's hooks: windows written through before a listing, keys and windows
+/// decoded from the cache or the backend.
+impl<K: Key, T: Data, E: WindowEmitter<K, T>> StateBrowse for WindowOperator<K, T, E> {
+    /// The state browser reads the backend next: write the changed windows through, as at
+    /// a barrier (the cache keeps them; only the dirty ones are written).
+    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        if let Some(cache) = &mut self.cache {
+            cache.flush(&mut *ctx.keyed_state()?, false)?;
+        }
+        Ok(())
+    }
+
+    fn state_key_from_json(
+        &self,
+        key: &serde_json::Value,
+        ctx: &OperatorContext,
+    ) -> Option<Result<(u16, Vec<u8>)>> {
+        let typed: K = match serde_json::from_value(key.clone()) {
+            Ok(k) => k,
+            Err(e) => {
+                let ty = std::any::type_name::<K>();
+                return Some(Err(caudal::Error::Operator(format!("{key} is not a key of type {ty}: {e}"))));
+            }
+        };
+        Some(encode(&typed).map(|bytes| (key_group_of(&typed, ctx.max_parallelism), bytes)))
+    }
+
+    /// A key in the cache: its windows as they are now (the backend may hold older ones).
+    fn cached_state(&self, key: &[u8]) -> Option<caudal::state_query::CachedEntries> {
+        let typed: K = decode(key).ok()?;
+        let entry = self.cache.as_ref()?.entries.get(&typed)?;
+        if entry.slots.is_empty() {
+            return Some(Vec::new()); // every window fired and cleaned up: no state
+        }
+        let value = encode_slots(&entry.slots).ok()?;
+        Some(vec![(WINDOW_STATE.to_string(), Vec::new(), value)])
+    }
+
+    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
+        serde_json::to_value(decode::<K>(key).ok()?).ok()
+    }
+
+    /// `{"windows": [{"start", "end", "fired", "accumulator"}]}` for state `window`.
+    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
+        if state != WINDOW_STATE {
+            return None;
+        }
+        let slots = decode_slots::<E::Acc>(value).ok()?;
+        let windows = slots
+            .iter()
+            .map(|s| {
+                Some(serde_json::json!({
+                    "start": s.window.start,
+                    "end": s.window.end,
+                    "fired": s.fired,
+                    "accumulator": serde_json::to_value(&s.acc).ok()?,
+                }))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(serde_json::json!({ "windows": windows }))
     }
 }
