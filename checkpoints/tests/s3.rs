@@ -12,13 +12,7 @@ use caudal_checkpoints::*;
 use common::{checkpoint, dump, open, restore, Kind};
 
 fn s3_store(prefix: &str, conditional_put: bool) -> Option<ObjectCheckpointStore> {
-    let Ok(endpoint) = std::env::var("CAUDAL_S3_ENDPOINT") else {
-        if std::env::var("CAUDAL_REQUIRE_STACK").as_deref() == Ok("1") {
-            panic!("S3 server not running: run scripts/services.sh start");
-        }
-        eprintln!("CAUDAL_S3_ENDPOINT is not set: skipping the S3 test (run scripts/services.sh start)");
-        return None;
-    };
+    let endpoint = caudal_test_stack::service("CAUDAL_S3_ENDPOINT")?;
     let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_string());
     let bucket = var("CAUDAL_S3_BUCKET", "caudal");
     let config = CheckpointStorageConfig {

@@ -71,10 +71,7 @@ fn quoted(c: &Call) -> Vec<&str> {
 fn strace_present() -> bool {
     let present = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
     if !present {
-        assert!(
-            std::env::var_os("CAUDAL_REQUIRE_STACK").is_none(),
-            "strace is missing (scripts/install-deps.sh installs it)"
-        );
+        assert!(!caudal_test_stack::required(), "strace is missing (scripts/install-deps.sh installs it)");
         eprintln!("skipping: strace is missing (scripts/install-deps.sh installs it)");
     }
     present

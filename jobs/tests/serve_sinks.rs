@@ -25,16 +25,7 @@ use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 use caudal_schemas::{ProcessedReading, WindowStats};
 
 fn service(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("{var} is not set: run scripts/services.sh start and eval \"$(scripts/services.sh env)\"")
-        }
-        _ => {
-            eprintln!("skipped: {var} is not set; run scripts/services.sh start and eval \"$(scripts/services.sh env)\"");
-            None
-        }
-    }
+    caudal_test_stack::service(var)
 }
 
 /// Readings of one run.

@@ -7,16 +7,7 @@ use caudal::{Batch, CheckpointId, OperatorContext, Sink};
 
 /// The value of `var`, or `None` (the test then returns) after saying why.
 pub(crate) fn service(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("{var} is not set: run scripts/services.sh start and eval \"$(scripts/services.sh env)\"")
-        }
-        _ => {
-            eprintln!("skipped: {var} is not set; run scripts/services.sh start and eval \"$(scripts/services.sh env)\"");
-            None
-        }
-    }
+    caudal_test_stack::service(var)
 }
 
 /// A name no other test run uses (lower case, `[a-z0-9_]`).

@@ -14,14 +14,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 fn brokers() -> Option<String> {
-    match std::env::var("CAUDAL_KAFKA_BROKERS") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => panic!("CAUDAL_KAFKA_BROKERS is not set"),
-        _ => {
-            eprintln!("skipped: CAUDAL_KAFKA_BROKERS is not set (scripts/services.sh start)");
-            None
-        }
-    }
+    caudal_test_stack::service("CAUDAL_KAFKA_BROKERS")
 }
 
 fn topic_cli(brokers: &str, args: &[&str]) -> Output {

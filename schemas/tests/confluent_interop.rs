@@ -26,20 +26,8 @@ use serde::Serialize;
 
 /// The registry URL and the venv's python, or `None` (skipped) without the stack.
 fn stack() -> Option<(String, String)> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    match (var("CAUDAL_SCHEMA_REGISTRY"), var("CAUDAL_PYTHON")) {
-        (Some(registry), Some(python)) => Some((registry, python)),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("schema registry or its Python venv not there: run scripts/services.sh start")
-        }
-        _ => {
-            eprintln!(
-                "skipped: CAUDAL_SCHEMA_REGISTRY / CAUDAL_PYTHON not set; run scripts/services.sh start \
-                 and eval \"$(scripts/services.sh env)\""
-            );
-            None
-        }
-    }
+    let [registry, python] = caudal_test_stack::services(["CAUDAL_SCHEMA_REGISTRY", "CAUDAL_PYTHON"])?;
+    Some((registry, python))
 }
 
 fn script(name: &str) -> PathBuf {

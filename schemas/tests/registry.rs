@@ -17,21 +17,8 @@ use caudal_schemas::{
 };
 
 fn registry() -> Option<RegistryClient> {
-    match std::env::var("CAUDAL_SCHEMA_REGISTRY") {
-        Ok(url) if !url.trim().is_empty() => {
-            Some(RegistryClient::new(&url).expect("CAUDAL_SCHEMA_REGISTRY is not a URL"))
-        }
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("schema registry not running: run scripts/services.sh start")
-        }
-        _ => {
-            eprintln!(
-                "skipped: CAUDAL_SCHEMA_REGISTRY is not set; run scripts/services.sh start \
-                 and export the registry URL it prints to run the registry tests"
-            );
-            None
-        }
-    }
+    let url = caudal_test_stack::service("CAUDAL_SCHEMA_REGISTRY")?;
+    Some(RegistryClient::new(&url).expect("CAUDAL_SCHEMA_REGISTRY is not a URL"))
 }
 
 /// A topic name no other run has used, so tests never see each other's versions.

@@ -10,16 +10,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn registry() -> Option<String> {
-    match std::env::var("CAUDAL_SCHEMA_REGISTRY") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("schema registry not running: run scripts/services.sh start")
-        }
-        _ => {
-            eprintln!("skipped: CAUDAL_SCHEMA_REGISTRY is not set");
-            None
-        }
-    }
+    caudal_test_stack::service("CAUDAL_SCHEMA_REGISTRY")
 }
 
 const WITH_DEFAULTED_UNIT: &str = r#"{"type":"record","name":"SensorReading","namespace":"io.caudal","fields":[

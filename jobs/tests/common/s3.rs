@@ -5,13 +5,7 @@
 /// The S3 test stack's settings, or `None` (the test then says why and passes) unless
 /// `CAUDAL_REQUIRE_STACK` is set.
 pub fn env() -> Option<Vec<(&'static str, String)>> {
-    let Ok(endpoint) = std::env::var("CAUDAL_S3_ENDPOINT") else {
-        if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() {
-            panic!("CAUDAL_S3_ENDPOINT is not set: run scripts/services.sh start");
-        }
-        eprintln!("CAUDAL_S3_ENDPOINT is not set: skipping (run scripts/services.sh start)");
-        return None;
-    };
+    let endpoint = caudal_test_stack::service("CAUDAL_S3_ENDPOINT")?;
     let var = |n: &str, d: &str| std::env::var(n).unwrap_or_else(|_| d.to_string());
     Some(vec![
         ("CAUDAL__S3__ALLOW_HTTP", endpoint.starts_with("http://").to_string()),

@@ -23,21 +23,9 @@ pub struct Stack {
 
 /// The stack, or `None` (test skipped) when it is not running and not required.
 pub fn stack() -> Option<Stack> {
-    let brokers = std::env::var("CAUDAL_KAFKA_BROKERS").ok().filter(|s| !s.is_empty());
-    let registry = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|s| !s.is_empty());
-    match (brokers, registry) {
-        (Some(brokers), Some(registry)) => Some(Stack { brokers, registry }),
-        _ if std::env::var_os("CAUDAL_REQUIRE_STACK").is_some() => {
-            panic!("Kafka or the schema registry is not running: run scripts/services.sh start")
-        }
-        _ => {
-            eprintln!(
-                "skipped: CAUDAL_KAFKA_BROKERS / CAUDAL_SCHEMA_REGISTRY not set; run scripts/services.sh \
-                 start and eval \"$(scripts/services.sh env)\""
-            );
-            None
-        }
-    }
+    let [brokers, registry] =
+        caudal_test_stack::services(["CAUDAL_KAFKA_BROKERS", "CAUDAL_SCHEMA_REGISTRY"])?;
+    Some(Stack { brokers, registry })
 }
 
 /// A topic name no other run used.
