@@ -228,10 +228,15 @@ fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_an
     loop {
         match kafka_api() {
             Some(v) if troubles(&v) > 0 => break,
-            other => assert!(
+            Some(v) => assert!(
                 killed.elapsed() < Duration::from_secs(60),
-                "the producers report no trouble with the killed broker {victim}: {other:?}"
+                "the producers report no trouble with the killed broker {victim}: {v}"
             ),
+            // The job failed over the lost broker (its restore is checked below).
+            None => {
+                eprintln!("the job ended before its producers' statistics were read");
+                break;
+            }
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -59,7 +59,7 @@ fn a_sink_removed_before_the_restore_fails_it_naming_the_uid_unless_allowed() {
     let (status, err) =
         wait(spawn(&with(base_args(&d.out, &d.ckpt, 2), &["--allow-non-restored-state"]), true, &[]));
     assert!(status.success(), "restore with --allow-non-restored-state: {err}");
-    assert!(err.contains("WARNING: dropping the state of operator `readings-archive`"), "{err}");
+    assert!(err.contains("WARN caudal: dropping the state of operator `readings-archive`"), "{err}");
     // The operators that kept their uid restored exactly.
     assert_equals_expected(&d, "restored without the archive, non-restored state allowed");
 }
