@@ -93,85 +93,122 @@ impl Family {
 
 /// Every series of every job.
 pub(crate) fn render(registry: &JobRegistry) -> String {
-    use names::*;
-    let mut status = Family::new(JOB_STATUS, "gauge", "1 for the job's current status, 0 for the others.");
-    let mut start = Family::new(JOB_START_TIME, "gauge", "Job start time, seconds since the epoch.");
-    let mut failures = Family::new(JOB_FAILURES, "counter", "Failures of the job.");
-    let mut checkpoints = Family::new(CHECKPOINTS, "counter", "Checkpoints of the job by status.");
-    let mut rin = Family::new(RECORDS_IN, "counter", "Records into an operator subtask.");
-    let mut rout = Family::new(RECORDS_OUT, "counter", "Records out of an operator subtask.");
-    let mut bin = Family::new(
-        BYTES_IN,
-        "counter",
-        "Serialized bytes into an operator subtask from an external system or another process.",
-    );
-    let mut bout = Family::new(
-        BYTES_OUT,
-        "counter",
-        "Serialized bytes out of an operator subtask to an external system or another process.",
-    );
-    let mut busy = Family::new(BUSY_SECONDS, "counter", "Seconds an operator subtask spent processing.");
-    let mut bp = Family::new(
-        BACKPRESSURED_SECONDS,
-        "counter",
-        "Seconds an operator subtask spent blocked on a full output channel.",
-    );
-    let mut wm = Family::new(
-        WATERMARK,
-        "gauge",
-        "Input watermark of an operator subtask, milliseconds since the epoch.",
-    );
-    let mut latency = Family::new(
-        LATENCY,
-        "gauge",
-        "Record latency from the sources to an operator over the last 30-60 s (latency markers), by quantile.",
-    );
-    let mut custom =
-        Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks.");
-    let mut kafka_end =
-        Family::new(KAFKA_END_OFFSET, "gauge", "End (last stable) offset of a Kafka source partition.");
-    let mut kafka_done = Family::new(
-        KAFKA_CHECKPOINTED_OFFSET,
-        "gauge",
-        "Next offset of a Kafka source partition in the last completed checkpoint.",
-    );
-    let mut kafka_lag = Family::new(
-        KAFKA_LAG,
-        "gauge",
-        "Records of a Kafka source partition not yet covered by a completed checkpoint.",
-    );
-    let mut kafka_replicas =
-        Family::new(KAFKA_REPLICAS, "gauge", "Replicas of a Kafka source or sink partition.");
-    let mut kafka_isr =
-        Family::new(KAFKA_ISR, "gauge", "In-sync replicas of a Kafka source or sink partition.");
-    let mut isr_shrinks = Family::new(
-        KAFKA_ISR_SHRINKS,
-        "counter",
-        "Times the in-sync replicas of a Kafka source or sink partition shrank since the job started.",
-    );
-    let mut isr_expands = Family::new(
-        KAFKA_ISR_EXPANDS,
-        "counter",
-        "Times the in-sync replicas of a Kafka source or sink partition expanded since the job started.",
-    );
-    let mut producer_rtt = Family::new(
-        KAFKA_PRODUCER_RTT,
-        "gauge",
-        "Produce request round-trip time of a Kafka sink subtask's producers to a broker, last second, by quantile.",
-    );
-    let mut producer_events = Family::new(
-        KAFKA_PRODUCER_EVENTS,
-        "counter",
-        "Requests, errors, retries, timeouts and lost connections of a Kafka sink subtask's producers to a broker.",
-    );
-    let mut txn_age = Family::new(
-        KAFKA_TXN_AGE,
-        "gauge",
-        "Age of an open or pre-committed Kafka sink transaction since its first record.",
-    );
+    let mut families = Families::new();
     let now = crate::job::now_ms();
     for job in registry.list() {
-        for sink in super::transactions::TransactionsView::of(&job, now).sinks {
+        families.add_job(&job, now);
+    }
+    families.write()
+}
+
+/// Every family of series, in the order `/metrics` lists them.
+struct Families {
+    status: Family,
+    start: Family,
+    failures: Family,
+    checkpoints: Family,
+    rin: Family,
+    rout: Family,
+    bin: Family,
+    bout: Family,
+    busy: Family,
+    bp: Family,
+    wm: Family,
+    latency: Family,
+    custom: Family,
+    kafka_end: Family,
+    kafka_done: Family,
+    kafka_lag: Family,
+    kafka_replicas: Family,
+    kafka_isr: Family,
+    isr_shrinks: Family,
+    isr_expands: Family,
+    producer_rtt: Family,
+    producer_events: Family,
+    txn_age: Family,
+}
+
+impl Families {
+    fn new() -> Self {
+        use names::*;
+        Families {
+            status: Family::new(JOB_STATUS, "gauge", "1 for the job's current status, 0 for the others."),
+            start: Family::new(JOB_START_TIME, "gauge", "Job start time, seconds since the epoch."),
+            failures: Family::new(JOB_FAILURES, "counter", "Failures of the job."),
+            checkpoints: Family::new(CHECKPOINTS, "counter", "Checkpoints of the job by status."),
+            rin: Family::new(RECORDS_IN, "counter", "Records into an operator subtask."),
+            rout: Family::new(RECORDS_OUT, "counter", "Records out of an operator subtask."),
+            bin: Family::new(
+                BYTES_IN,
+                "counter",
+                "Serialized bytes into an operator subtask from an external system or another process.",
+            ),
+            bout: Family::new(
+                BYTES_OUT,
+                "counter",
+                "Serialized bytes out of an operator subtask to an external system or another process.",
+            ),
+            busy: Family::new(BUSY_SECONDS, "counter", "Seconds an operator subtask spent processing."),
+            bp: Family::new(
+                BACKPRESSURED_SECONDS,
+                "counter",
+                "Seconds an operator subtask spent blocked on a full output channel.",
+            ),
+            wm: Family::new(
+                WATERMARK,
+                "gauge",
+                "Input watermark of an operator subtask, milliseconds since the epoch.",
+            ),
+            latency: Family::new(
+                LATENCY,
+                "gauge",
+                "Record latency from the sources to an operator over the last 30-60 s (latency markers), by quantile.",
+            ),
+            custom: Family::new(OPERATOR_COUNTER, "counter", "Operator-specific counters, summed over subtasks."),
+            kafka_end: Family::new(KAFKA_END_OFFSET, "gauge", "End (last stable) offset of a Kafka source partition."),
+            kafka_done: Family::new(
+                KAFKA_CHECKPOINTED_OFFSET,
+                "gauge",
+                "Next offset of a Kafka source partition in the last completed checkpoint.",
+            ),
+            kafka_lag: Family::new(
+                KAFKA_LAG,
+                "gauge",
+                "Records of a Kafka source partition not yet covered by a completed checkpoint.",
+            ),
+            kafka_replicas: Family::new(KAFKA_REPLICAS, "gauge", "Replicas of a Kafka source or sink partition."),
+            kafka_isr: Family::new(KAFKA_ISR, "gauge", "In-sync replicas of a Kafka source or sink partition."),
+            isr_shrinks: Family::new(
+                KAFKA_ISR_SHRINKS,
+                "counter",
+                "Times the in-sync replicas of a Kafka source or sink partition shrank since the job started.",
+            ),
+            isr_expands: Family::new(
+                KAFKA_ISR_EXPANDS,
+                "counter",
+                "Times the in-sync replicas of a Kafka source or sink partition expanded since the job started.",
+            ),
+            producer_rtt: Family::new(
+                KAFKA_PRODUCER_RTT,
+                "gauge",
+                "Produce request round-trip time of a Kafka sink subtask's producers to a broker, last second, by quantile.",
+            ),
+            producer_events: Family::new(
+                KAFKA_PRODUCER_EVENTS,
+                "counter",
+                "Requests, errors, retries, timeouts and lost connections of a Kafka sink subtask's producers to a broker.",
+            ),
+            txn_age: Family::new(
+                KAFKA_TXN_AGE,
+                "gauge",
+                "Age of an open or pre-committed Kafka sink transaction since its first record.",
+            ),
+        }
+    }
+
+    /// The series of one job.
+    fn add_job(&mut self, job: &super::registry::JobEntry, now: i64) {
+        for sink in super::transactions::TransactionsView::of(job, now).sinks {
             let o = format!(
                 "job=\"{}\",operator=\"{}\",operator_id=\"{}\"",
                 label(&job.view.name),
@@ -186,68 +223,68 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
                     t.state,
                     t.checkpoint
                 );
-                txn_age.add(&l, age as f64 / 1000.0);
+                self.txn_age.add(&l, age as f64 / 1000.0);
             }
         }
         let v = &job.view;
         let j = label(&v.name);
         let current = v.status();
         for s in ALL_STATUSES {
-            status.add(&format!("job=\"{j}\",status=\"{}\"", status_name(s)), u8::from(s == current));
+            self.status.add(&format!("job=\"{j}\",status=\"{}\"", status_name(s)), u8::from(s == current));
         }
-        start.add(&format!("job=\"{j}\""), v.started_ms as f64 / 1000.0);
-        failures.add(&format!("job=\"{j}\""), v.failures().len());
+        self.start.add(&format!("job=\"{j}\""), v.started_ms as f64 / 1000.0);
+        self.failures.add(&format!("job=\"{j}\""), v.failures().len());
         let cps = v.checkpoints();
         for st in ["COMPLETED", "FAILED", "IN_PROGRESS"] {
-            checkpoints
+            self.checkpoints
                 .add(&format!("job=\"{j}\",status=\"{st}\""), cps.iter().filter(|c| c.status == st).count());
         }
         for op in v.metrics.snapshot() {
             let o = format!("job=\"{j}\",operator=\"{}\",operator_id=\"{}\"", label(&op.name), op.id);
             for (i, s) in op.subtasks.iter().enumerate() {
                 let l = format!("{o},subtask=\"{i}\"");
-                rin.add(&l, s.records_in);
-                rout.add(&l, s.records_out);
-                bin.add(&l, s.bytes_in);
-                bout.add(&l, s.bytes_out);
-                busy.add(&l, s.busy_ns as f64 / 1e9);
-                bp.add(&l, s.backpressured_ns as f64 / 1e9);
+                self.rin.add(&l, s.records_in);
+                self.rout.add(&l, s.records_out);
+                self.bin.add(&l, s.bytes_in);
+                self.bout.add(&l, s.bytes_out);
+                self.busy.add(&l, s.busy_ns as f64 / 1e9);
+                self.bp.add(&l, s.backpressured_ns as f64 / 1e9);
                 if s.watermark != MIN_WATERMARK && s.watermark != MAX_WATERMARK {
-                    wm.add(&l, s.watermark);
+                    self.wm.add(&l, s.watermark);
                 }
                 for (name, value) in &s.gauges {
                     let Some((broker, what)) = kafka_producer_gauges::parse(name) else { continue };
                     let b = format!("{l},broker=\"{broker}\"");
                     match what {
                         kafka_producer_gauges::RTT_P50_US if *value >= 0 => {
-                            producer_rtt.add(&format!("{b},quantile=\"0.5\""), *value as f64 / 1e6)
+                            self.producer_rtt.add(&format!("{b},quantile=\"0.5\""), *value as f64 / 1e6)
                         }
                         kafka_producer_gauges::RTT_P99_US if *value >= 0 => {
-                            producer_rtt.add(&format!("{b},quantile=\"0.99\""), *value as f64 / 1e6)
+                            self.producer_rtt.add(&format!("{b},quantile=\"0.99\""), *value as f64 / 1e6)
                         }
                         kafka_producer_gauges::RTT_P50_US | kafka_producer_gauges::RTT_P99_US => {}
-                        _ => producer_events.add(&format!("{b},what=\"{what}\""), value),
+                        _ => self.producer_events.add(&format!("{b},what=\"{what}\""), value),
                     }
                 }
             }
             if let Some(l) = op.latency {
                 for (q, us) in [("0.5", l.p50_us), ("0.99", l.p99_us), ("1", l.max_us)] {
-                    latency.add(&format!("{o},quantile=\"{q}\""), us as f64 / 1e6);
+                    self.latency.add(&format!("{o},quantile=\"{q}\""), us as f64 / 1e6);
                 }
             }
             for (name, value) in &op.counters {
-                custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
+                self.custom.add(&format!("{o},counter=\"{}\"", label(name)), value);
             }
             for (name, value) in &op.gauges {
                 let Some((topic, partition, what)) = kafka_gauges::parse(name) else { continue };
                 let family = match what {
-                    kafka_gauges::END_OFFSET => &mut kafka_end,
-                    kafka_gauges::CHECKPOINTED_OFFSET => &mut kafka_done,
-                    kafka_gauges::LAG => &mut kafka_lag,
-                    kafka_gauges::REPLICAS => &mut kafka_replicas,
-                    kafka_gauges::IN_SYNC_REPLICAS => &mut kafka_isr,
-                    kafka_gauges::ISR_SHRINKS => &mut isr_shrinks,
-                    kafka_gauges::ISR_EXPANDS => &mut isr_expands,
+                    kafka_gauges::END_OFFSET => &mut self.kafka_end,
+                    kafka_gauges::CHECKPOINTED_OFFSET => &mut self.kafka_done,
+                    kafka_gauges::LAG => &mut self.kafka_lag,
+                    kafka_gauges::REPLICAS => &mut self.kafka_replicas,
+                    kafka_gauges::IN_SYNC_REPLICAS => &mut self.kafka_isr,
+                    kafka_gauges::ISR_SHRINKS => &mut self.isr_shrinks,
+                    kafka_gauges::ISR_EXPANDS => &mut self.isr_expands,
                     _ => continue,
                 };
                 // Negative: not known yet (no statistics or no checkpoint so far).
@@ -257,35 +294,38 @@ pub(crate) fn render(registry: &JobRegistry) -> String {
             }
         }
     }
-    let mut out = String::new();
-    for f in [
-        &status,
-        &start,
-        &failures,
-        &checkpoints,
-        &rin,
-        &rout,
-        &bin,
-        &bout,
-        &busy,
-        &bp,
-        &wm,
-        &latency,
-        &custom,
-        &kafka_end,
-        &kafka_done,
-        &kafka_lag,
-        &kafka_replicas,
-        &kafka_isr,
-        &isr_shrinks,
-        &isr_expands,
-        &producer_rtt,
-        &producer_events,
-        &txn_age,
-    ] {
-        f.write_to(&mut out);
+
+    fn write(&self) -> String {
+        let mut out = String::new();
+        for f in [
+            &self.status,
+            &self.start,
+            &self.failures,
+            &self.checkpoints,
+            &self.rin,
+            &self.rout,
+            &self.bin,
+            &self.bout,
+            &self.busy,
+            &self.bp,
+            &self.wm,
+            &self.latency,
+            &self.custom,
+            &self.kafka_end,
+            &self.kafka_done,
+            &self.kafka_lag,
+            &self.kafka_replicas,
+            &self.kafka_isr,
+            &self.isr_shrinks,
+            &self.isr_expands,
+            &self.producer_rtt,
+            &self.producer_events,
+            &self.txn_age,
+        ] {
+            f.write_to(&mut out);
+        }
+        out
     }
-    out
 }
 
 #[cfg(test)]
