@@ -38,7 +38,8 @@ step "test stack"
 # thousands that earlier runs left made the single KRaft controller of this stack stall for
 # tens of seconds under load (the broker fenced itself; a cluster test then timed out). A
 # broker already running (a stack you use by hand) is left as it is.
-if scripts/services.sh status kafka 2>/dev/null | grep -q '^kafka  *down'; then
+kafka_status=$(scripts/services.sh status kafka 2>/dev/null || true)
+if [[ $kafka_status =~ ^kafka[[:space:]]+down ]]; then
   scripts/services.sh purge kafka >/dev/null
 fi
 scripts/services.sh start
