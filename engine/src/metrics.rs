@@ -95,6 +95,17 @@ pub mod kafka_producer_gauges {
     /// Every `what`, in display order.
     pub const ALL: [&str; 7] = [RTT_P50_US, RTT_P99_US, REQUESTS, ERRORS, RETRIES, TIMEOUTS, DISCONNECTS];
 
+    /// The values of [`ALL`] before any statistics: latencies unknown (-1), counts 0.
+    pub const NONE: [i64; 7] = [-1, -1, 0, 0, 0, 0, 0];
+
+    /// Adds `v` (values in the order of [`ALL`]) to `into`: the larger latency, summed counts
+    /// (negative counts, "unknown", count as 0).
+    pub fn merge(into: &mut [i64; 7], v: &[i64; 7]) {
+        for (i, (t, v)) in into.iter_mut().zip(v).enumerate() {
+            *t = if i < 2 { (*t).max(*v) } else { *t + (*v).max(0) };
+        }
+    }
+
     /// The gauge name of `what` for broker `broker`.
     pub fn name(broker: i32, what: &str) -> String {
         format!("kafka_producer.{broker}.{what}")

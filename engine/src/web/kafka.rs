@@ -56,11 +56,17 @@ fn producers_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<ProducerBr
     for op in snapshot {
         let mut brokers: BTreeMap<i32, [i64; 7]> = BTreeMap::new();
         for s in &op.subtasks {
+            let mut subtask: BTreeMap<i32, [i64; 7]> = BTreeMap::new();
             for (name, value) in &s.gauges {
                 let Some((broker, what)) = kafka_producer_gauges::parse(name) else { continue };
                 let Some(i) = g.iter().position(|w| *w == what) else { continue };
-                let t = brokers.entry(broker).or_insert([-1, -1, 0, 0, 0, 0, 0]);
-                t[i] = if i < 2 { t[i].max(*value) } else { t[i] + value.max(&0) };
+                subtask.entry(broker).or_insert(kafka_producer_gauges::NONE)[i] = *value;
+            }
+            for (broker, v) in subtask {
+                kafka_producer_gauges::merge(
+                    brokers.entry(broker).or_insert(kafka_producer_gauges::NONE),
+                    &v,
+                );
             }
         }
         let ms = |us: i64| (us >= 0).then(|| us as f64 / 1000.0);

@@ -84,12 +84,7 @@ impl BrokerStats {
         }
         let mut per_broker: BTreeMap<i32, [i64; 7]> = BTreeMap::new();
         for ((_, broker), v) in last.iter() {
-            let t = per_broker.entry(*broker).or_insert([-1, -1, 0, 0, 0, 0, 0]);
-            t[0] = t[0].max(v[0]);
-            t[1] = t[1].max(v[1]);
-            for i in 2..7 {
-                t[i] += v[i];
-            }
+            kafka_producer_gauges::merge(per_broker.entry(*broker).or_insert(kafka_producer_gauges::NONE), v);
         }
         for (broker, values) in per_broker {
             for (what, value) in kafka_producer_gauges::ALL.iter().zip(values) {
