@@ -104,22 +104,37 @@ pub(crate) struct Node {
     pub(crate) parallelism: Option<u32>,
     pub(crate) kind: NodeKind,
     pub(crate) inputs: Vec<Edge>,
+    /// Stateless steps chained after this node that take its parallelism and its name with
+    /// their suffix (the main and side outputs of a process function).
+    pub(crate) followers: Vec<(NodeId, String)>,
 }
 
 /// The logical graph under construction.
 #[derive(Default)]
 pub(crate) struct GraphBuilder {
     pub(crate) nodes: Vec<Node>,
+    /// Mistakes in the use of the API, reported when the job is built.
+    pub(crate) errors: Vec<String>,
 }
 
 impl GraphBuilder {
     pub(crate) fn add(&mut self, name: &str, kind: NodeKind, inputs: Vec<Edge>) -> NodeId {
-        self.nodes.push(Node { name: name.to_string(), uid: None, parallelism: None, kind, inputs });
+        self.nodes.push(Node {
+            name: name.to_string(),
+            uid: None,
+            parallelism: None,
+            kind,
+            inputs,
+            followers: Vec::new(),
+        });
         self.nodes.len() - 1
     }
 
     pub(crate) fn set_name(&mut self, node: NodeId, name: &str) {
         self.nodes[node].name = name.to_string();
+        for (f, suffix) in self.nodes[node].followers.clone() {
+            self.nodes[f].name = format!("{name}{suffix}");
+        }
     }
 
     pub(crate) fn set_uid(&mut self, node: NodeId, uid: &str) {
@@ -128,6 +143,29 @@ impl GraphBuilder {
 
     pub(crate) fn set_parallelism(&mut self, node: NodeId, parallelism: u32) {
         self.nodes[node].parallelism = Some(parallelism);
+        for (f, _) in self.nodes[node].followers.clone() {
+            self.nodes[f].parallelism = Some(parallelism);
+        }
+    }
+
+    /// `follower` takes `owner`'s parallelism and its name with `suffix`, now and later.
+    pub(crate) fn follow(&mut self, owner: NodeId, follower: NodeId, suffix: &str) {
+        self.nodes[follower].name = format!("{}{suffix}", self.nodes[owner].name);
+        self.nodes[follower].parallelism = self.nodes[owner].parallelism;
+        self.nodes[owner].followers.push((follower, suffix.to_string()));
+    }
+
+    /// Records a mistake in the use of the API; the job then fails to build with it.
+    pub(crate) fn error(&mut self, message: String) {
+        self.errors.push(message);
+    }
+
+    /// The API mistakes recorded, as one error.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.errors.as_slice() {
+            [] => Ok(()),
+            errors => Err(Error::Graph(errors.join("; "))),
+        }
     }
 }
 
@@ -252,6 +290,7 @@ mod tests {
                 parallelism: None,
                 kind: NodeKind::Sink(Box::new(|_, _| Err(Error::Graph("not built in this test".into())))),
                 inputs: Vec::new(),
+                followers: Vec::new(),
             })
             .collect()
     }

@@ -48,6 +48,7 @@ pub mod types;
 pub mod web;
 
 pub use api::env::StreamEnv;
+pub use api::process;
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};

@@ -163,6 +163,24 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
+    /// Wall-clock time reached `now` (ms since the epoch), at or after
+    /// [`Operator::next_processing_time`]: fire what is due. The task calls it between
+    /// batches, within about 10 ms of that time.
+    fn on_processing_time(
+        &mut self,
+        _now: Timestamp,
+        _out: &mut Batch<Self::Out>,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The wall-clock time (ms since the epoch) at which this operator wants
+    /// [`Operator::on_processing_time`] next; `None` (the default): never.
+    fn next_processing_time(&self) -> Option<Timestamp> {
+        None
+    }
+
     /// A checkpoint barrier passed: return this operator's state snapshot, if it has state.
     fn snapshot(&mut self, _checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<Option<Vec<u8>>> {
         Ok(None)

@@ -121,6 +121,15 @@ impl<O: crate::Operator> OperatorHarness<O> {
         self.op.on_watermark(wm, &mut self.out, &mut self.ctx)
     }
 
+    /// Advance processing time to `now` (ms since the epoch), as a task would once the
+    /// operator's `next_processing_time` has passed.
+    pub fn processing_time(&mut self, now: crate::Timestamp) -> Result<()> {
+        if self.op.next_processing_time().is_some_and(|at| at <= now) {
+            self.op.on_processing_time(now, &mut self.out, &mut self.ctx)?;
+        }
+        Ok(())
+    }
+
     /// Close the operator (end of input).
     pub fn close(&mut self) -> Result<()> {
         self.op.on_close(&mut self.out, &mut self.ctx)

@@ -359,7 +359,7 @@ pub(crate) fn sha256_hex(data: &[u8]) -> String {
 }
 
 /// List values are a sequence of `u32 BE length | element` frames.
-pub(crate) fn frame_list_element(element: &[u8]) -> Vec<u8> {
+pub fn frame_list_element(element: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + element.len());
     out.extend_from_slice(&(element.len() as u32).to_be_bytes());
     out.extend_from_slice(element);

@@ -130,6 +130,22 @@ impl StreamEnv {
         self.source(name, IterSource { items: Arc::new(items) }, WatermarkStrategy::none()).parallelism(1)
     }
 
+    /// A bounded source over a collection, read by one subtask, with event time and
+    /// watermarks from `watermarks` (tests and examples of event-time logic).
+    pub fn from_iter_with<T, I>(
+        &self,
+        name: &str,
+        items: I,
+        watermarks: WatermarkStrategy<T>,
+    ) -> DataStream<T>
+    where
+        T: Data + Sync,
+        I: IntoIterator<Item = T>,
+    {
+        let items: Vec<T> = items.into_iter().collect();
+        self.source(name, IterSource { items: Arc::new(items) }, watermarks).parallelism(1)
+    }
+
     /// The plan: operators, parallelism, chaining and edges.
     pub fn plan(&self, job_name: &str) -> Result<JobPlan> {
         self.config.validate()?;

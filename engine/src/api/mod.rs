@@ -2,4 +2,5 @@
 
 pub(crate) mod env;
 pub(crate) mod functions;
+pub mod process;
 pub(crate) mod stream;

@@ -26,13 +26,22 @@ pub struct DataStream<T> {
     pub(crate) graph: Graph,
     pub(crate) node: NodeId,
     pub(crate) next_edge: EdgeKind,
+    /// The process operator this stream is the main output of: `.name`, `.uid` and
+    /// `.parallelism` apply to it, and its side outputs can be taken.
+    pub(crate) process: Option<NodeId>,
     pub(crate) _t: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for DataStream<T> {
     /// Another handle on the same stream: each use becomes a consumer (fan-out).
     fn clone(&self) -> Self {
-        DataStream { graph: self.graph.clone(), node: self.node, next_edge: self.next_edge, _t: PhantomData }
+        DataStream {
+            graph: self.graph.clone(),
+            node: self.node,
+            next_edge: self.next_edge,
+            process: self.process,
+            _t: PhantomData,
+        }
     }
 }
 
@@ -44,7 +53,23 @@ impl<T> std::fmt::Debug for DataStream<T> {
 
 impl<T: Data> DataStream<T> {
     pub(crate) fn new(graph: Graph, node: NodeId) -> Self {
-        DataStream { graph, node, next_edge: EdgeKind::Forward, _t: PhantomData }
+        DataStream { graph, node, next_edge: EdgeKind::Forward, process: None, _t: PhantomData }
+    }
+
+    /// This stream is the main output of process operator `process`.
+    pub(crate) fn owned_by(mut self, process: NodeId) -> Self {
+        self.process = Some(process);
+        self
+    }
+
+    /// The process operator's own (tagged) output, when this stream is its main output.
+    pub(crate) fn tagged_source(&self) -> Option<DataStream<crate::api::process::Tagged<T>>> {
+        self.process.map(|p| DataStream::new(self.graph.clone(), p))
+    }
+
+    /// The node `.name`, `.uid` and `.parallelism` apply to.
+    fn owner(&self) -> NodeId {
+        self.process.unwrap_or(self.node)
     }
 
     fn edge(&self, kind: EdgeKind, router: Option<KeyRouter<T>>) -> Edge {
@@ -58,13 +83,13 @@ impl<T: Data> DataStream<T> {
 
     /// Name this operator (shown in the plan, metrics, errors and the UI).
     pub fn name(self, name: &str) -> Self {
-        self.graph.borrow_mut().set_name(self.node, name);
+        self.graph.borrow_mut().set_name(self.owner(), name);
         self
     }
 
     /// Run this operator with `parallelism` subtasks instead of the job's default.
     pub fn parallelism(self, parallelism: u32) -> Self {
-        self.graph.borrow_mut().set_parallelism(self.node, parallelism);
+        self.graph.borrow_mut().set_parallelism(self.owner(), parallelism);
         self
     }
 
@@ -75,7 +100,7 @@ impl<T: Data> DataStream<T> {
     /// uid is derived from the name, which changes when another operator of the same name
     /// is added before this one. `[A-Za-z0-9._-]`, at most 120 characters, unique in the job.
     pub fn uid(self, uid: &str) -> Self {
-        self.graph.borrow_mut().set_uid(self.node, uid);
+        self.graph.borrow_mut().set_uid(self.owner(), uid);
         self
     }
 

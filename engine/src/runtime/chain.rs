@@ -53,6 +53,11 @@ pub(crate) trait ChainNode: Send {
     fn latency_marker(&mut self, _marker: LatencyMarker) -> Result<()> {
         Ok(())
     }
+    /// Wall-clock time is `now` (ms since the epoch): operators whose processing time is
+    /// due fire; returns the earliest time this node or a node after it wants next.
+    fn processing_time(&mut self, _now: Timestamp) -> Result<Option<Timestamp>> {
+        Ok(None)
+    }
 }
 
 /// The typed fan-out of a node to its consumers.
@@ -84,6 +89,17 @@ impl<T: Data> Fanout<T> {
             f(t.as_mut())?;
         }
         Ok(())
+    }
+
+    /// [`ChainNode::processing_time`] of every consumer: the earliest time any wants next.
+    pub(crate) fn processing_time(&mut self, now: Timestamp) -> Result<Option<Timestamp>> {
+        let mut next: Option<Timestamp> = None;
+        for t in &mut self.targets {
+            if let Some(at) = t.processing_time(now)? {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        Ok(next)
     }
 }
 
@@ -273,6 +289,20 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
         self.ctx.metrics.record_latency_us(marker.age_us());
         self.fanout.each(|t| t.latency_marker(marker))
+    }
+
+    fn processing_time(&mut self, now: Timestamp) -> Result<Option<Timestamp>> {
+        if self.op.next_processing_time().is_some_and(|at| at <= now) {
+            let (op, out) = (&mut self.op, &mut self.out);
+            call(&mut self.ctx, |ctx| op.on_processing_time(now, out, ctx))?;
+            self.flush()?;
+        }
+        let own = self.op.next_processing_time();
+        let after = self.fanout.processing_time(now)?;
+        Ok(match (own, after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 }
 

@@ -33,6 +33,7 @@ pub(crate) struct Compiled {
 }
 
 pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Result<Compiled> {
+    graph.check()?;
     let n = graph.nodes.len();
     if n == 0 {
         return Err(Error::Graph("the job has no operators: add a source and a sink".into()));

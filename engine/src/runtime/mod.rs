@@ -4,6 +4,7 @@ pub(crate) mod chain;
 pub(crate) mod codec;
 pub(crate) mod exchange;
 pub(crate) mod executor;
+pub(crate) mod processing_clock;
 pub(crate) mod remote;
 pub(crate) mod state_dir;
 pub(crate) mod task;

@@ -3,6 +3,7 @@
 
 use super::chain::{AnyBatch, ChainNode, Fanout, TakenSnapshot};
 use super::exchange::ChannelMessage;
+use super::processing_clock::ProcessingClock;
 use super::upload::{UploadJob, UploadQueue};
 use crate::metrics::SubtaskMetrics;
 use crate::source::{SourceOutput, SourcePoll, SourceReader, SplitWatermarks, TimestampFn};
@@ -257,10 +258,13 @@ impl<T: Data> SourceTask for SourceRunner<T> {
     fn run(&mut self, env: &TaskEnv) -> Result<()> {
         self.fanout.each(|t| t.open())?;
         let mut first_buffered: Option<Instant> = None;
+        let mut clock = ProcessingClock::new();
         loop {
             while let Ok(cmd) = env.commands.try_recv() {
                 self.handle(cmd, env)?;
             }
+            let fanout = &mut self.fanout;
+            clock.tick(|now| fanout.processing_time(now))?;
             if env.cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
             }
@@ -292,6 +296,7 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                         first_buffered = None;
                         self.emit_watermark(now)?;
                         self.maybe_latency_marker(now)?;
+                        clock.touched();
                     }
                 }
                 SourcePoll::Pending(wait) => {
@@ -299,12 +304,12 @@ impl<T: Data> SourceTask for SourceRunner<T> {
                     first_buffered = None;
                     self.emit_watermark(now)?;
                     self.maybe_latency_marker(now)?;
-                    match env.commands.recv_timeout(wait.min(Duration::from_millis(50))) {
+                    clock.touched();
+                    let wait = clock.wait(wait.min(Duration::from_millis(50)));
+                    match env.commands.recv_timeout(wait) {
                         Ok(cmd) => self.handle(cmd, env)?,
                         Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => {
-                            std::thread::sleep(wait.min(Duration::from_millis(50)))
-                        }
+                        Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
                     }
                 }
                 SourcePoll::Finished if self.settings.checkpointing => {
@@ -362,6 +367,7 @@ impl InputGate {
         if self.inputs.is_empty() {
             return head.end();
         }
+        let mut clock = ProcessingClock::new();
         loop {
             if env.cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
@@ -372,6 +378,7 @@ impl InputGate {
             while let Ok(cmd) = env.commands.try_recv() {
                 Self::on_command(cmd, head)?;
             }
+            clock.tick(|now| head.processing_time(now))?;
             let mut sel = Select::new();
             let mut index = Vec::with_capacity(self.inputs.len());
             for (i, input) in self.inputs.iter().enumerate() {
@@ -381,7 +388,7 @@ impl InputGate {
                 }
             }
             let control = sel.recv(&env.commands);
-            let op = match sel.select_timeout(Duration::from_millis(200)) {
+            let op = match sel.select_timeout(clock.wait(Duration::from_millis(200))) {
                 Ok(op) => op,
                 Err(_) => continue,
             };
@@ -400,6 +407,7 @@ impl InputGate {
                     return Err(Error::Cancelled);
                 }
             };
+            clock.touched();
             if self.on_message(i, msg, head, env)? {
                 return Ok(());
             }

@@ -1,0 +1,281 @@
+//! Process functions in running jobs: keyed state, event-time and processing-time timers and
+//! side outputs through the real runtime (threads, key-by exchanges, watermarks), each
+//! checked against a model computed without the engine.
+
+use caudal::process::{
+    Context, KeyedContext, KeyedProcessFunction, Output, OutputTag, ProcessFunction, TimeDomain,
+    ValueStateDescriptor,
+};
+use caudal::testing::CollectSink;
+use caudal::types::MAX_WATERMARK;
+use caudal::{
+    JobConfig, Result, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, StreamEnv, Timestamp,
+    WatermarkStrategy,
+};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+fn config(parallelism: u32) -> JobConfig {
+    JobConfig { parallelism, batch_size: 16, ..JobConfig::default() }
+}
+
+static ODD: OutputTag<(u32, i64)> = OutputTag::new("odd");
+
+/// Per key: counts readings, keeps one event-time timer `GAP` after the latest one, and
+/// says how many it saw when the timer fires (a "session" of the key ended); odd values
+/// also go to a side output.
+#[derive(Clone)]
+struct Sessions {
+    count: ValueStateDescriptor<u64>,
+    timer: ValueStateDescriptor<Timestamp>,
+}
+
+const GAP: i64 = 100;
+
+impl KeyedProcessFunction<u32, (u32, i64), (u32, Timestamp, u64)> for Sessions {
+    fn process_element(
+        &mut self,
+        value: (u32, i64),
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (u32, Timestamp, u64)>,
+    ) -> Result<()> {
+        if value.1 % 2 != 0 {
+            ctx.output(&ODD, value)?;
+        }
+        if let Some(old) = ctx.value(&self.timer).get()? {
+            ctx.delete_event_time_timer(old)?;
+            if old < ctx.timestamp() {
+                // The session ended before this element; its timer had not fired yet
+                // (the watermark lags the elements): close it now, as the timer would have.
+                let n = ctx.value(&self.count).get()?.unwrap_or(0);
+                out.collect_at(old, (*ctx.key(), old, n));
+                ctx.value(&self.count).clear()?;
+            }
+        }
+        let n = ctx.value(&self.count).get()?.unwrap_or(0) + 1;
+        ctx.value(&self.count).set(&n)?;
+        let at = ctx.timestamp() + GAP;
+        ctx.register_event_time_timer(at)?;
+        ctx.value(&self.timer).set(&at)
+    }
+
+    fn on_timer(
+        &mut self,
+        ts: Timestamp,
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (u32, Timestamp, u64)>,
+    ) -> Result<()> {
+        assert_eq!(ctx.time_domain(), Some(TimeDomain::EventTime));
+        let n = ctx.value(&self.count).get()?.unwrap_or(0);
+        ctx.value(&self.count).clear()?;
+        ctx.value(&self.timer).clear()?;
+        out.collect((*ctx.key(), ts, n));
+        Ok(())
+    }
+}
+
+/// (key, ts) readings of 7 keys with gaps of `GAP` or more now and then.
+fn readings() -> Vec<(u32, i64)> {
+    let mut out = Vec::new();
+    for i in 0..2_000i64 {
+        let key = (i % 7) as u32;
+        // every 150th step jumps ahead: each key's session ends there
+        let ts = i * 3 + (i / 150) * 400;
+        out.push((key, ts));
+    }
+    out
+}
+
+/// The sessions the readings imply, computed directly.
+fn expected_sessions(readings: &[(u32, i64)]) -> Vec<(u32, Timestamp, u64)> {
+    let mut per_key: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+    for (k, ts) in readings {
+        per_key.entry(*k).or_default().push(*ts);
+    }
+    let mut out = Vec::new();
+    for (k, times) in per_key {
+        let mut count = 0;
+        for (i, t) in times.iter().enumerate() {
+            count += 1;
+            let next = times.get(i + 1);
+            if next.is_none_or(|n| *n > t + GAP) {
+                out.push((k, t + GAP, count));
+                count = 0;
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn keyed_state_event_time_timers_and_a_side_output_in_a_parallel_job_equal_the_model() {
+    let input = readings();
+    let env = StreamEnv::with_config(config(3));
+    let watermarks = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |r: &(u32, i64)| r.1);
+    let sessions = env
+        .from_iter_with("readings", input.clone(), watermarks)
+        .key_by(|r: &(u32, i64)| r.0)
+        .process(Sessions {
+            count: ValueStateDescriptor::new("count"),
+            timer: ValueStateDescriptor::new("timer"),
+        })
+        .name("sessions")
+        .uid("sessions");
+    let (odd_sink, odd) = CollectSink::new();
+    sessions.side_output(&ODD).sink("odd", move |_| Ok(odd_sink.clone()));
+    let (sink, out) = CollectSink::new();
+    sessions.sink("sessions-out", move |_| Ok(sink.clone()));
+    let plan = env.plan("sessions").unwrap();
+    assert!(plan.operators.iter().any(|o| o.name == "sessions" && o.uid == "sessions"), "{plan:?}");
+    env.execute("sessions").unwrap();
+
+    let mut got = out.lock().clone();
+    got.sort();
+    let want = expected_sessions(&input);
+    assert!(want.len() > 7 * 10, "the input makes many sessions: {}", want.len());
+    assert_eq!(got, want);
+    let mut odd_got = odd.lock().clone();
+    odd_got.sort();
+    let mut odd_want: Vec<_> = input.iter().copied().filter(|r| r.1 % 2 != 0).collect();
+    odd_want.sort();
+    assert_eq!(odd_got, odd_want);
+}
+
+/// Splits numbers: evens on the main output, odds on a side output, each with its timestamp.
+#[derive(Clone)]
+struct Split;
+
+static ODDS: OutputTag<u64> = OutputTag::new("odds");
+
+impl ProcessFunction<u64, u64> for Split {
+    fn process_element(&mut self, v: u64, ctx: &mut Context<'_>, out: &mut Output<'_, u64>) -> Result<()> {
+        assert_eq!(ctx.timestamp(), v as i64 * 10);
+        if v.is_multiple_of(2) {
+            out.collect(v);
+            Ok(())
+        } else {
+            ctx.output(&ODDS, v)
+        }
+    }
+}
+
+#[test]
+fn a_process_function_without_key_splits_a_stream_by_side_output() {
+    let env = StreamEnv::with_config(config(2));
+    let watermarks = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |v: &u64| *v as i64 * 10);
+    let split =
+        env.from_iter_with("numbers", 0..1_000u64, watermarks).rebalance().process(Split).name("split");
+    let (odd_sink, odds) = CollectSink::new();
+    split.side_output(&ODDS).map(|v| v * 100).sink("odds", move |_| Ok(odd_sink.clone()));
+    let (even_sink, evens) = CollectSink::new();
+    split.sink("evens", move |_| Ok(even_sink.clone()));
+    env.execute("split").unwrap();
+    let mut e = evens.lock().clone();
+    e.sort();
+    assert_eq!(e, (0..1_000).filter(|v| v % 2 == 0).collect::<Vec<u64>>());
+    let mut o = odds.lock().clone();
+    o.sort();
+    assert_eq!(o, (0..1_000).filter(|v| v % 2 == 1).map(|v| v * 100).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_side_output_of_a_stream_that_no_process_function_made_fails_the_build() {
+    let env = StreamEnv::new();
+    let numbers = env.from_iter("numbers", 0..10u64).map(|v| v + 1);
+    numbers.side_output(&ODDS).sink("odds", |_| Ok(CollectSink::new().0));
+    let err = env.execute("wrong").unwrap_err().to_string();
+    assert!(
+        err.contains("side_output(`odds`)") && err.contains("not the output of a process function"),
+        "{err}"
+    );
+}
+
+/// Emits its items, then nothing for `hold`, then ends: a job that stays up without input.
+struct ThenWait {
+    items: Vec<u32>,
+    hold: Duration,
+}
+
+struct ThenWaitReader {
+    items: Vec<u32>,
+    until: Option<Instant>,
+    hold: Duration,
+}
+
+impl Source for ThenWait {
+    type Out = u32;
+    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<u32>>> {
+        Ok(Box::new(ThenWaitReader { items: self.items.clone(), until: None, hold: self.hold }))
+    }
+}
+
+impl SourceReader<u32> for ThenWaitReader {
+    fn splits(&self) -> usize {
+        1
+    }
+    fn poll(&mut self, out: &mut SourceOutput<'_, u32>) -> Result<SourcePoll> {
+        if !self.items.is_empty() {
+            for v in self.items.drain(..) {
+                out.collect(0, v);
+            }
+            self.until = Some(Instant::now() + self.hold);
+            return Ok(SourcePoll::Ready);
+        }
+        match self.until {
+            Some(t) if Instant::now() < t => Ok(SourcePoll::Pending(Duration::from_millis(20))),
+            _ => Ok(SourcePoll::Finished),
+        }
+    }
+}
+
+/// Sets a processing-time timer 100 ms after each key's element; reports how late it fired.
+#[derive(Clone)]
+struct Alarm;
+
+impl KeyedProcessFunction<u32, u32, (u32, i64)> for Alarm {
+    fn process_element(
+        &mut self,
+        _: u32,
+        ctx: &mut KeyedContext<'_, u32>,
+        _: &mut Output<'_, (u32, i64)>,
+    ) -> Result<()> {
+        let at = ctx.current_processing_time() + 100;
+        ctx.register_processing_time_timer(at)
+    }
+
+    fn on_timer(
+        &mut self,
+        ts: Timestamp,
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (u32, i64)>,
+    ) -> Result<()> {
+        assert_eq!(ctx.time_domain(), Some(TimeDomain::ProcessingTime));
+        assert_ne!(ctx.current_watermark(), MAX_WATERMARK);
+        out.collect((*ctx.key(), ctx.current_processing_time() - ts));
+        Ok(())
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_on_the_wall_clock_while_the_input_is_quiet() {
+    let env = StreamEnv::with_config(config(2));
+    let source = ThenWait { items: (0..5).collect(), hold: Duration::from_millis(1_500) };
+    let (sink, out) = CollectSink::new();
+    env.source("quiet", source, WatermarkStrategy::none())
+        .parallelism(1)
+        .key_by(|v: &u32| *v % 5)
+        .process(Alarm)
+        .sink("alarms", move |_| Ok(sink.clone()));
+    env.execute("alarms").unwrap();
+    let mut got = out.lock().clone();
+    got.sort();
+    assert_eq!(
+        got.iter().map(|a| a.0).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4],
+        "one timer per key: {got:?}"
+    );
+    for (key, late) in got {
+        assert!((0..500).contains(&late), "key {key}'s timer fired {late} ms late");
+    }
+}
