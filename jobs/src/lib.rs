@@ -3,6 +3,7 @@
 //! **In:** flags. **Out:** a running job. Each pipeline is a library function so tests and
 //! benchmarks build exactly the graph the binary runs.
 
+pub mod alerts;
 pub mod cli;
 pub mod produce;
 pub mod temperature;

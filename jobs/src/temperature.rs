@@ -1,6 +1,7 @@
 //! The `temperature` pipeline of the reference architecture:
 //! generator → °F→°C → anomaly filter → key by sensor → 1-minute tumbling windows
-//! (count, min, max, mean °C) → sink; the converted readings are a second output.
+//! (count, min, max, mean °C) → sink; the converted readings are a second output, and with
+//! a silence set, silent-sensor alerts (`alerts.rs`) a third.
 
 use caudal::{DataStream, RateLimited, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::archive::ArchiveConfig;
@@ -17,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use caudal_schemas::{ProcessedReading, WindowStats};
+use crate::alerts::SilenceDetector;
+pub use caudal_schemas::{AlertKind, ProcessedReading, SensorAlert, WindowStats};
 
 /// °F → °C.
 pub fn to_celsius(r: SensorReading) -> ProcessedReading {
@@ -135,6 +137,8 @@ pub struct KafkaOutput {
     pub readings_topic: String,
     /// Topic of the window statistics (`temp-windows`).
     pub windows_topic: String,
+    /// Topic of the silent-sensor alerts (`temp-alerts`).
+    pub alerts_topic: String,
     /// Exactly-once (default), at-least-once or none.
     pub delivery: DeliveryGuarantee,
     /// The producers' `transaction.timeout.ms`.
@@ -168,6 +172,8 @@ pub mod tables {
     pub const WINDOWS: &str = "window_stats";
     /// The latest reading of each sensor, keyed sensor_id: the same key in every epoch.
     pub const LATEST: &str = "sensor_latest";
+    /// Silent-sensor alerts, keyed (sensor_id, kind, ts).
+    pub const ALERTS: &str = "sensor_alerts";
 }
 
 /// The job's settings (from flags in the binary).
@@ -183,6 +189,9 @@ pub struct TemperatureJob {
     pub sink: SinkKind,
     /// PostgreSQL, Redis and the archive, when enabled.
     pub serve: ServeSinks,
+    /// Raise silent-sensor alerts after this much event time without a reading (`None`:
+    /// no alerts).
+    pub silence: Option<Duration>,
 }
 
 /// Names of the job's operators (metrics, progress line, UI), which are also their uids:
@@ -215,6 +224,12 @@ pub mod names {
     pub const READINGS_ARCHIVE: &str = "readings-archive";
     /// Window result → `WindowStats`.
     pub const TO_WINDOW_STATS: &str = "to-window-stats";
+    /// The silent-sensor detector (keyed process function).
+    pub const SILENCE: &str = "silence-alerts";
+    /// Alerts sink.
+    pub const ALERTS_SINK: &str = "alerts-sink";
+    /// Alerts into PostgreSQL.
+    pub const ALERTS_POSTGRES: &str = "alerts-postgres";
 }
 
 impl TemperatureJob {
@@ -242,13 +257,17 @@ impl TemperatureJob {
                 .uid(names::KAFKA_SOURCE)
             }
         };
-        let readings = raw
-            .map(to_celsius)
-            .name(names::TO_CELSIUS)
-            .uid(names::TO_CELSIUS)
-            .filter(is_plausible)
-            .name(names::ANOMALY_FILTER)
-            .uid(names::ANOMALY_FILTER);
+        let celsius = raw.map(to_celsius).name(names::TO_CELSIUS).uid(names::TO_CELSIUS);
+        // Every reading shows the sensor is alive, a faulty one too: alerts see them all.
+        let alerts = self.silence.map(|silence| {
+            celsius
+                .clone()
+                .key_by(|r: &ProcessedReading| r.sensor_id)
+                .process(SilenceDetector::new(silence))
+                .name(names::SILENCE)
+                .uid(names::SILENCE)
+        });
+        let readings = celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER);
         let windows = readings
             .clone()
             .key_by(|r: &ProcessedReading| r.sensor_id)
@@ -293,6 +312,13 @@ impl TemperatureJob {
                 .clone()
                 .sink(names::LATEST_POSTGRES, move |_| latest_pg.build::<ProcessedReading>())
                 .uid(names::LATEST_POSTGRES);
+            if let Some(alerts) = &alerts {
+                let alerts_pg = table(tables::ALERTS, &["sensor_id", "kind", "ts"])?;
+                alerts
+                    .clone()
+                    .sink(names::ALERTS_POSTGRES, move |_| alerts_pg.build::<SensorAlert>())
+                    .uid(names::ALERTS_POSTGRES);
+            }
         }
         if let Some(redis) = &self.serve.redis {
             redis.validate()?;
@@ -312,6 +338,9 @@ impl TemperatureJob {
         }
         self.sink(readings, names::READINGS_SINK, "readings", |r| r.sensor_id);
         self.sink(windows, names::WINDOWS_SINK, "windows", |w| w.sensor_id);
+        if let Some(alerts) = alerts {
+            self.sink(alerts, names::ALERTS_SINK, "alerts", |a| a.sensor_id);
+        }
         Ok(())
     }
 
@@ -324,7 +353,11 @@ impl TemperatureJob {
     ) {
         match &self.sink {
             SinkKind::Kafka(output) => {
-                let topic = if folder == "readings" { &output.readings_topic } else { &output.windows_topic };
+                let topic = match folder {
+                    "readings" => &output.readings_topic,
+                    "alerts" => &output.alerts_topic,
+                    _ => &output.windows_topic,
+                };
                 let mut config = KafkaSinkConfig::new(&output.brokers, topic)
                     .delivery(output.delivery)
                     .transaction_timeout(output.transaction_timeout);

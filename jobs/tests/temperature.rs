@@ -20,11 +20,13 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
             splits: 8,
             start_ms: None,
             event_interval_ms: None,
+            outages: Vec::new(),
         }),
         window: Duration::from_secs(60),
         out_of_orderness: Duration::from_secs(1),
         sink: SinkKind::File(output.to_path_buf()),
         serve: Default::default(),
+        silence: None,
     }
 }
 

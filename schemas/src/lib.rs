@@ -3,7 +3,7 @@
 //!
 //! In: Confluent-framed Avro bytes from Kafka (magic byte 0, 4-byte schema id, datum).
 //! Out: typed records ([`SensorReading`], [`ProcessedReading`], [`WindowStats`],
-//! [`UserInteraction`]), and back.
+//! [`UserInteraction`], [`SensorAlert`]), and back.
 //!
 //! Invariant: bytes are decoded with the schema they were written with, resolved into
 //! the reader's: the hand-written fast path takes them as is only when the writer schema
@@ -50,7 +50,8 @@ pub use codec::{parse_schema, AvroRecord};
 pub use compat::{check, check_backward, check_forward, CompatibilityLevel, Incompatibility};
 pub use error::{DecodeError, Error, RegistryError, Result};
 pub use records::{
-    EventType, ProcessedReading, SensorReading, UserInteraction, UserInteractionCount, WindowStats,
+    AlertKind, EventType, ProcessedReading, SensorAlert, SensorReading, UserInteraction,
+    UserInteractionCount, WindowStats,
 };
 pub use registry::{subject_for_topic, InMemorySchemaStore, RegistryClient, SchemaStore};
 pub use serdes::{Deserializer, Serializer};

@@ -24,6 +24,8 @@ pub const WINDOW_STATS_AVSC: &str = include_str!("../avro/window_stats.avsc");
 pub const USER_INTERACTION_AVSC: &str = include_str!("../avro/user_interaction.avsc");
 /// `schemas/avro/user_interaction_count.avsc`.
 pub const USER_INTERACTION_COUNT_AVSC: &str = include_str!("../avro/user_interaction_count.avsc");
+/// `schemas/avro/sensor_alert.avsc`.
+pub const SENSOR_ALERT_AVSC: &str = include_str!("../avro/sensor_alert.avsc");
 
 /// A raw reading in °F (`io.caudal.SensorReading`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,6 +310,83 @@ impl AvroRecord for UserInteractionCount {
             window_start: get_long(buf)?,
             window_end: get_long(buf)?,
             count: get_long(buf)?,
+        })
+    }
+}
+
+/// What a [`SensorAlert`] says (`io.caudal.AlertKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum AlertKind {
+    /// `SILENT`: no reading for the configured silence.
+    #[serde(rename = "SILENT")]
+    Silent,
+    /// `RECOVERED`: the first reading after a silence.
+    #[serde(rename = "RECOVERED")]
+    Recovered,
+}
+
+impl AlertKind {
+    /// All symbols in schema order (the Avro enum index is the position).
+    pub const ALL: [AlertKind; 2] = [AlertKind::Silent, AlertKind::Recovered];
+
+    /// The Avro symbol.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Silent => "SILENT",
+            AlertKind::Recovered => "RECOVERED",
+        }
+    }
+
+    fn index(self) -> i64 {
+        match self {
+            AlertKind::Silent => 0,
+            AlertKind::Recovered => 1,
+        }
+    }
+}
+
+impl fmt::Display for AlertKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A sensor went silent or recovered (`io.caudal.SensorAlert`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SensorAlert {
+    /// Sensor identifier; the Kafka record key.
+    pub sensor_id: i64,
+    /// Silent or recovered.
+    pub kind: AlertKind,
+    /// Event time of the alert, ms since the Unix epoch.
+    pub ts: i64,
+    /// Event time of the last reading before the silence.
+    pub last_seen: i64,
+}
+
+impl AvroRecord for SensorAlert {
+    fn schema_json() -> &'static str {
+        SENSOR_ALERT_AVSC
+    }
+
+    fn schema() -> &'static Schema {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        SCHEMA.get_or_init(|| parse_embedded(SENSOR_ALERT_AVSC))
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_long(out, self.sensor_id);
+        put_long(out, self.kind.index());
+        put_long(out, self.ts);
+        put_long(out, self.last_seen);
+    }
+
+    fn decode(buf: &mut &[u8]) -> Result<Self> {
+        Ok(Self {
+            sensor_id: get_long(buf)?,
+            kind: AlertKind::ALL[get_index(buf, AlertKind::ALL.len(), "enum")?],
+            ts: get_long(buf)?,
+            last_seen: get_long(buf)?,
         })
     }
 }

@@ -8,8 +8,8 @@ use apache_avro::types::Value;
 use apache_avro::{from_avro_datum, from_value, to_avro_datum};
 use caudal_schemas::codec::{decode_resolved, encode_generic};
 use caudal_schemas::{
-    AvroRecord, DecodeError, Deserializer, EventType, InMemorySchemaStore, ProcessedReading, SchemaStore,
-    SensorReading, UserInteraction, UserInteractionCount, WindowStats,
+    AlertKind, AvroRecord, DecodeError, Deserializer, EventType, InMemorySchemaStore, ProcessedReading,
+    SchemaStore, SensorAlert, SensorReading, UserInteraction, UserInteractionCount, WindowStats,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -154,8 +154,27 @@ fn count_value(r: &UserInteractionCount) -> Value {
     ])
 }
 
+fn alert_value(r: &SensorAlert) -> Value {
+    let index = AlertKind::ALL.iter().position(|k| *k == r.kind).unwrap();
+    record(vec![
+        ("sensor_id", Value::Long(r.sensor_id)),
+        ("kind", Value::Enum(index as u32, r.kind.as_str().to_owned())),
+        ("ts", Value::TimestampMillis(r.ts)),
+        ("last_seen", Value::TimestampMillis(r.last_seen)),
+    ])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn sensor_alert_matches_apache_avro(
+        sensor_id in any::<i64>(), kind in 0usize..2, ts in any::<i64>(), last_seen in any::<i64>(),
+    ) {
+        let r = SensorAlert { sensor_id, kind: AlertKind::ALL[kind], ts, last_seen };
+        check_both_directions(&r, alert_value(&r));
+        prop_assert_eq!(SensorAlert::from_slice(&r.to_vec()).unwrap(), r);
+    }
 
     #[test]
     fn user_interaction_count_matches_apache_avro(

@@ -45,6 +45,12 @@ fn job_args(out: &Path) -> Vec<String> {
         "--progress-secs",
         "0",
         "--no-ui",
+        "--silence-secs",
+        "2",
+        "--outage",
+        "3:5:9",
+        "--outage",
+        "11:20:25.5",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -52,6 +58,18 @@ fn job_args(out: &Path) -> Vec<String> {
     args.extend(["--output".into(), out.display().to_string()]);
     args
 }
+
+/// The generator's model behind [`job_args`] (`jobs/tests/common/oracle.rs`).
+const MODEL: oracle::Model = oracle::Model {
+    sensors: 20,
+    records: 6000,
+    seed: 11,
+    interval_ms: 100,
+    faulty_fraction: 0.01,
+    window_ms: 1000,
+    outages: &[(3, 5_000, 9_000), (11, 20_000, 25_500)],
+    silence_ms: Some(2_000),
+};
 
 /// [`job_args`] at 500 readings/s (~12 s): room for kills, pauses and outages mid-run.
 fn slow_job_args(out: &Path) -> Vec<String> {
@@ -78,16 +96,7 @@ fn published(dir: &Path, folder: &str) -> Vec<String> {
 /// no engine code): (windows, readings), each sorted. The flags of [`job_args`].
 fn expected() -> &'static (Vec<String>, Vec<String>) {
     static EXPECTED: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
-    EXPECTED.get_or_init(|| {
-        oracle::expected(&oracle::Model {
-            sensors: 20,
-            records: 6000,
-            seed: 11,
-            interval_ms: 100,
-            faulty_fraction: 0.01,
-            window_ms: 1000,
-        })
-    })
+    EXPECTED.get_or_init(|| oracle::expected(&MODEL))
 }
 
 /// The files a sink pre-committed and never published (`<dir>/<folder>/.inprogress/*.pending`).
@@ -110,6 +119,9 @@ fn assert_equals_expected(out: &Path, what: &str) {
     assert!(got_r == *readings, "{what}: readings differ from what the input implies");
     assert_eq!(got_w.len(), windows.len(), "{what}: windows: {} duplicates", dupes(&got_w));
     assert!(got_w == *windows, "{what}: windows differ from what the input implies");
+    let (got_a, alerts) = (published(out, "alerts"), oracle::expected_alerts(&MODEL));
+    assert_eq!(alerts.len(), 4, "two outages, a SILENT and a RECOVERED each");
+    assert!(got_a == alerts, "{what}: alerts {got_a:?}, the outages imply {alerts:?}");
 }
 
 /// The scenario: parallelism 4 over 3 task managers (the key_by shuffle crosses
@@ -336,10 +348,15 @@ fn the_state_of_a_cluster_job_is_browsed_through_the_job_manager() {
     let running = c.wait_job("temperature", 30, "running", |j| status(j) == "RUNNING");
     let op = "/api/v1/jobs/temperature/operators/window-stats/state";
 
-    // The overview: the window operator, two subtasks over every key group.
+    // The overview: the window operator and the silence detector (a keyed process
+    // function), two subtasks each over every key group.
     let overview = c.get("/api/v1/jobs/temperature/state").unwrap();
-    let subtasks = overview["operators"][0]["subtasks"].as_array().unwrap().clone();
-    assert_eq!(overview["operators"][0]["operator"], "window-stats", "{overview:#}");
+    let keyed = overview["operators"].as_array().unwrap();
+    let names: Vec<&str> = keyed.iter().filter_map(|o| o["operator"].as_str()).collect();
+    assert_eq!(names.len(), 2, "{overview:#}");
+    assert!(names.contains(&"window-stats") && names.contains(&"silence-alerts"), "{overview:#}");
+    let window = keyed.iter().find(|o| o["operator"] == "window-stats").unwrap();
+    let subtasks = window["subtasks"].as_array().unwrap().clone();
     assert_eq!(subtasks.len(), 2, "{overview:#}");
     assert_eq!(
         (subtasks[0]["key_group_start"].as_u64(), subtasks[1]["key_group_end"].as_u64()),
@@ -360,6 +377,15 @@ fn the_state_of_a_cluster_job_is_browsed_through_the_job_manager() {
     let page = c.get(&format!("{op}/keys?key_group={}", on_1["key_group"])).unwrap();
     assert_eq!(page["subtask"], 1, "{page:#}");
     assert_eq!(page["entries"].as_array().unwrap().len() as u64, on_1["entries"].as_u64().unwrap());
+    // The silence detector's state of a sensor: its last reading's time, decoded, and the
+    // event-time timer due a silence after it.
+    let silence = c.get("/api/v1/jobs/temperature/operators/silence-alerts/state?key=4").unwrap();
+    let entries = silence["entries"].as_array().unwrap();
+    let last_seen = entries.iter().find(|e| e["state"] == "last-seen").expect("last-seen");
+    assert_eq!(last_seen["key"], 4, "{silence:#}");
+    assert!(last_seen["value"].as_i64().is_some_and(|t| t > 1_700_000_000_000), "{silence:#}");
+    let timer = entries.iter().find(|e| e["state"] == "_timer.event").expect("the timer");
+    assert_eq!(timer["value"]["timer"], "event time", "{silence:#}");
     // Bad input: a key without state, a key group out of range.
     let (code, v) = c.get_any(&format!("{op}?key=999"));
     assert_eq!(code, 404, "{v}");

@@ -278,11 +278,13 @@ fn start_temperature(
                 splits: 4,
                 start_ms: None,
                 event_interval_ms: None,
+                outages: Vec::new(),
             }),
             window: Duration::from_secs(5),
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,
             serve: Default::default(),
+            silence: None,
         };
         let config =
             JobConfig { parallelism: 2, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };

@@ -178,6 +178,7 @@ fn run(args: &Args, clients: usize, marker: Option<Duration>) -> anyhow::Result<
         splits: 8,
         start_ms: None,
         event_interval_ms: None,
+        outages: Vec::new(),
     };
     let job = TemperatureJob {
         source: SourceKind::Generator(generator),
@@ -185,6 +186,7 @@ fn run(args: &Args, clients: usize, marker: Option<Duration>) -> anyhow::Result<
         out_of_orderness: Duration::from_secs(1),
         sink: SinkKind::Discard,
         serve: Default::default(),
+        silence: None,
     };
     let config = JobConfig {
         parallelism: args.parallelism,

@@ -154,6 +154,7 @@ fn produce_input(args: &Args) -> anyhow::Result<String> {
             splits: 1,
             start_ms: None,
             event_interval_ms: Some(100),
+            outages: Vec::new(),
         },
         brokers: args.brokers.clone(),
         schema_registry: args.schema_registry.clone(),

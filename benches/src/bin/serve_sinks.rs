@@ -88,6 +88,7 @@ fn generator(args: &Args, rate: f64, records: u64, start_ms: Option<i64>) -> Gen
         splits: 8,
         start_ms,
         event_interval_ms: None,
+        outages: Vec::new(),
     }
 }
 
@@ -251,6 +252,7 @@ fn job(args: &Args) -> anyhow::Result<()> {
             redis: Some(redis_config(&redis_url, &prefix)),
             archive: Some(ArchiveConfig::new(dir.join("archive").display().to_string())),
         },
+        silence: None,
     }
     .build(&env)?;
     let start = Instant::now();

@@ -94,6 +94,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
         splits: 8,
         start_ms: None,
         event_interval_ms: None,
+        outages: Vec::new(),
     };
     match pipeline {
         Pipeline::Temperature => TemperatureJob {
@@ -102,6 +103,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             out_of_orderness: Duration::from_secs(1),
             sink: SinkKind::Discard,
             serve: Default::default(),
+            silence: None,
         }
         .build(&env)?,
         Pipeline::MapFilter => {

@@ -17,7 +17,7 @@ use caudal_jobs::temperature::{
     names, KafkaInput, KafkaOutput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
 };
 use caudal_operators::archive::ArchiveConfig;
-use caudal_operators::generator::GeneratorConfig;
+use caudal_operators::generator::{GeneratorConfig, Outage};
 use caudal_operators::kafka::DeliveryGuarantee;
 use caudal_operators::postgres::PostgresSinkConfig;
 use caudal_operators::redis::RedisSinkConfig;
@@ -144,6 +144,10 @@ struct SensorArgs {
     /// Number of generator shards (the unit of source parallelism and replay).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     splits: u32,
+    /// Sensor SENSOR reports nothing from FROM_SECS to TO_SECS of event time after the first
+    /// reading (repeatable): makes silent-sensor alerts (--silence-secs) for demos and tests.
+    #[arg(long = "outage", value_name = "SENSOR:FROM_SECS:TO_SECS")]
+    outages: Vec<Outage>,
 }
 
 impl SensorArgs {
@@ -157,6 +161,7 @@ impl SensorArgs {
             splits: self.splits,
             start_ms: None,
             event_interval_ms: self.event_interval_ms,
+            outages: self.outages.clone(),
         }
     }
 }
@@ -206,6 +211,14 @@ struct Args {
     /// The topic --sink kafka writes the window statistics to.
     #[arg(long, default_value = "temp-windows")]
     windows_topic: String,
+    /// The topic --sink kafka writes the silent-sensor alerts to.
+    #[arg(long, default_value = "temp-alerts")]
+    alerts_topic: String,
+    /// Raise an alert when a sensor sends no reading for this many seconds of event time
+    /// (SILENT), and when it reports again (RECOVERED): to <output>/alerts, the alerts topic
+    /// and the sensor_alerts table. Off when absent.
+    #[arg(long, value_name = "SECS", value_parser = positive)]
+    silence_secs: Option<f64>,
     /// Delivery guarantee of --sink kafka.
     #[arg(long, value_enum, default_value_t = Delivery::ExactlyOnce)]
     delivery: Delivery,
@@ -420,6 +433,7 @@ fn main() -> anyhow::Result<()> {
                 schema_registry: args.kafka.schema_registry.clone(),
                 readings_topic: args.output_topic.clone(),
                 windows_topic: args.windows_topic.clone(),
+                alerts_topic: args.alerts_topic.clone(),
                 delivery: match args.delivery {
                     Delivery::ExactlyOnce => DeliveryGuarantee::ExactlyOnce,
                     Delivery::AtLeastOnce => DeliveryGuarantee::AtLeastOnce,
@@ -448,12 +462,14 @@ fn main() -> anyhow::Result<()> {
                 archive
             }),
         },
+        silence: args.silence_secs.map(Duration::from_secs_f64),
     };
     let mut env = StreamEnv::with_config(config);
     job.build(&env).context("building the temperature job")?;
     env.on_progress(|ops, elapsed| eprintln!("{}", progress_line(ops, elapsed)));
     if let SinkKind::File(dir) = &job.sink {
-        eprintln!("temperature: writing to {}/{{readings,windows}}; Ctrl-C stops", dir.display());
+        let alerts = if job.silence.is_some() { ",alerts" } else { "" };
+        eprintln!("temperature: writing to {}/{{readings,windows{alerts}}}; Ctrl-C stops", dir.display());
     }
     if let Some(addr) = env.config().web_bind {
         eprintln!("temperature: web UI at http://{addr}/jobs/temperature (REST API under /api/v1)");

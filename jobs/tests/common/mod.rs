@@ -11,9 +11,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
-/// windows of event time, checkpoints every 300 ms.
+/// windows of event time, checkpoints every 300 ms; four outages (sensor 7's too short to
+/// alert) and silent-sensor alerts after 2 s of event time.
 pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
     [
+        "--silence-secs",
+        "2",
+        "--outage",
+        "3:5:9",
+        "--outage",
+        "7:12:13",
+        "--outage",
+        "11:20:25.5",
+        "--outage",
+        "3:15:18",
         "--sensors",
         "20",
         "--records",
@@ -122,7 +133,19 @@ pub const BASE_MODEL: oracle::Model = oracle::Model {
     interval_ms: 100,
     faulty_fraction: 0.01,
     window_ms: 1000,
+    outages: &[(3, 5_000, 9_000), (7, 12_000, 13_000), (11, 20_000, 25_500), (3, 15_000, 18_000)],
+    silence_ms: Some(2_000),
 };
+
+/// The alerts the outages of [`base_args`] imply, computed without the engine.
+pub fn expected_alerts() -> &'static Vec<String> {
+    static EXPECTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    EXPECTED.get_or_init(|| {
+        let a = oracle::expected_alerts(&BASE_MODEL);
+        assert_eq!(a.len(), 6, "three outages alert, one is too short: {a:?}");
+        a
+    })
+}
 
 /// What the input of [`base_args`] implies the job publishes (windows, readings), computed
 /// without the engine.
@@ -143,14 +166,15 @@ pub fn clean_run() -> (Vec<String>, Vec<String>) {
     (published(&d.out, "windows"), published(&d.out, "readings"))
 }
 
-/// The published output is exactly what the input implies: every plausible reading and
-/// every window once, nothing else.
+/// The published output is exactly what the input implies: every plausible reading,
+/// every window and every alert once, nothing else.
 pub fn assert_equals_expected(d: &Dirs, what: &str) {
     let (windows, readings) = expected();
     let got_w = published(&d.out, "windows");
     let got_r = published(&d.out, "readings");
     assert_same_lines(&got_r, readings, &format!("{what}: readings"));
     assert_same_lines(&got_w, windows, &format!("{what}: windows"));
+    assert_same_lines(&published(&d.out, "alerts"), expected_alerts(), &format!("{what}: alerts"));
 }
 
 /// `got` equals `want` (both sorted); otherwise says how many are missing, duplicated or

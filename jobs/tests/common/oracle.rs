@@ -6,9 +6,11 @@
 //! sensor, then round 1, …), each converted to °C, the impossible ones (−50 < °C < 60 fails)
 //! dropped; per sensor and tumbling window of event time: count, min, max and mean, the sum
 //! taken in event-time order (each sensor's readings reach its window in that order).
+//! Readings in an outage (`--outage`) are not emitted; the silent-sensor alerts follow from
+//! the outages alone: one `SILENT` and one `RECOVERED` per outage longer than the silence.
 
 use caudal_operators::generator::{reading, DEFAULT_BOUNDED_START_MS};
-use caudal_schemas::{ProcessedReading, WindowStats};
+use caudal_schemas::{AlertKind, ProcessedReading, SensorAlert, WindowStats};
 use std::collections::BTreeMap;
 
 /// The generator's settings of a run (`--sensors`, `--records`, `--seed`,
@@ -21,6 +23,50 @@ pub struct Model {
     pub interval_ms: i64,
     pub faulty_fraction: f64,
     pub window_ms: i64,
+    /// `--outage` flags as (sensor, from ms, to ms) of event time after the first reading.
+    pub outages: &'static [(u64, i64, i64)],
+    /// `--silence-secs` in ms (`None`: no alerts).
+    pub silence_ms: Option<i64>,
+}
+
+impl Model {
+    fn silenced(&self, sensor: u64, ts: i64) -> bool {
+        let t = ts - DEFAULT_BOUNDED_START_MS;
+        self.outages.iter().any(|(s, from, to)| *s == sensor && (*from..*to).contains(&t))
+    }
+
+    /// Event times of every reading `sensor` has in the input, outages ignored.
+    fn rounds(&self, sensor: u64) -> impl Iterator<Item = i64> + '_ {
+        let rounds = self.records / self.sensors + u64::from(sensor < self.records % self.sensors);
+        (0..rounds).map(|r| DEFAULT_BOUNDED_START_MS + r as i64 * self.interval_ms)
+    }
+}
+
+/// The alerts the outages imply, as JSON lines, sorted: for each outage of a sensor, its
+/// last reading before and its first after; a gap longer than the silence makes one
+/// `SILENT` (last + silence) and one `RECOVERED` (the first after). Outages must lie inside
+/// the input with readings on both sides, and not touch each other.
+pub fn expected_alerts(m: &Model) -> Vec<String> {
+    let Some(silence) = m.silence_ms else { return Vec::new() };
+    let mut alerts = Vec::new();
+    for &(sensor, from, to) in m.outages {
+        let start = DEFAULT_BOUNDED_START_MS;
+        let last =
+            m.rounds(sensor).filter(|t| *t < start + from).last().expect("a reading before the outage");
+        let first = m.rounds(sensor).find(|t| *t >= start + to).expect("a reading after the outage");
+        assert!(
+            !m.silenced(sensor, last) && !m.silenced(sensor, first),
+            "outages of sensor {sensor} touch each other"
+        );
+        if first - last > silence {
+            let alert = |kind, ts| SensorAlert { sensor_id: sensor as i64, kind, ts, last_seen: last };
+            alerts.push(alert(AlertKind::Silent, last + silence));
+            alerts.push(alert(AlertKind::Recovered, first));
+        }
+    }
+    let mut lines: Vec<String> = alerts.iter().map(|a| serde_json::to_string(a).expect("JSON")).collect();
+    lines.sort();
+    lines
 }
 
 /// What the job publishes: windows and readings as JSON lines, each list sorted.
@@ -45,6 +91,9 @@ pub fn expected_records(m: &Model) -> (Vec<WindowStats>, Vec<ProcessedReading>) 
     for i in 0..m.records {
         let (sensor, round) = (i % m.sensors, i / m.sensors);
         let ts = DEFAULT_BOUNDED_START_MS + round as i64 * m.interval_ms;
+        if m.silenced(sensor, ts) {
+            continue;
+        }
         let r = reading(m.seed, sensor, round, ts, m.faulty_fraction);
         let temp_c = (r.temp_f - 32.0) * 5.0 / 9.0;
         if !(temp_c > -50.0 && temp_c < 60.0) {

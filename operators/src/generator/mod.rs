@@ -45,6 +45,47 @@ pub struct GeneratorConfig {
     /// Event time between two readings of a sensor; `None`: `1000 / rate` ms (1000 when
     /// unthrottled). Set it to keep the same data at another wall-clock rate.
     pub event_interval_ms: Option<i64>,
+    /// Sensors that go quiet: their readings in these stretches of event time are not
+    /// emitted (the rest of the data is unchanged).
+    #[serde(default)]
+    pub outages: Vec<Outage>,
+}
+
+/// A sensor's silence: no reading with event time in `[start + from_ms, start + to_ms)`,
+/// where `start` is the event time of the first reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outage {
+    /// The sensor.
+    pub sensor: u64,
+    /// Start of the silence, ms of event time after the first reading.
+    pub from_ms: i64,
+    /// End of the silence (exclusive).
+    pub to_ms: i64,
+}
+
+impl std::str::FromStr for Outage {
+    type Err = String;
+
+    /// `SENSOR:FROM_SECS:TO_SECS` (seconds of event time from the start, decimals allowed).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("`{s}`: expected SENSOR:FROM_SECS:TO_SECS, e.g. 3:60:180");
+        let parts: Vec<&str> = s.split(':').collect();
+        let [sensor, from, to] = parts.as_slice() else { return Err(bad()) };
+        let sensor: u64 = sensor.trim().parse().map_err(|_| bad())?;
+        let secs = |v: &str| -> std::result::Result<i64, String> {
+            let f: f64 = v.trim().parse().map_err(|_| bad())?;
+            if !f.is_finite() || f < 0.0 {
+                return Err(format!("`{s}`: times must be seconds >= 0"));
+            }
+            Ok((f * 1000.0).round() as i64)
+        };
+        let (from_ms, to_ms) = (secs(from)?, secs(to)?);
+        if from_ms >= to_ms {
+            return Err(format!("`{s}`: the outage must end after it starts"));
+        }
+        Ok(Outage { sensor, from_ms, to_ms })
+    }
 }
 
 impl Default for GeneratorConfig {
@@ -58,6 +99,7 @@ impl Default for GeneratorConfig {
             splits: 8,
             start_ms: None,
             event_interval_ms: None,
+            outages: Vec::new(),
         }
     }
 }
@@ -79,6 +121,21 @@ impl GeneratorConfig {
         }
         if self.splits == 0 {
             return Err(Error::config("splits", "must be at least 1"));
+        }
+        if let Some(o) = self.outages.iter().find(|o| o.sensor >= self.sensors) {
+            return Err(Error::config(
+                "outages",
+                format!(
+                    "sensor {} is not one of the {} sensors (0..{})",
+                    o.sensor, self.sensors, self.sensors
+                ),
+            ));
+        }
+        if let Some(o) = self.outages.iter().find(|o| o.from_ms < 0 || o.from_ms >= o.to_ms) {
+            return Err(Error::config(
+                "outages",
+                format!("{o:?} must start at 0 or later and end after it starts"),
+            ));
         }
         let splits = u64::from(self.splits).min(self.sensors) as u32;
         if self.event_interval_ms.is_some_and(|i| i < 1) {
@@ -161,7 +218,18 @@ impl SensorGenerator {
         }
     }
 
-    /// The n-th record of split `k`.
+    /// The n-th record of split `k`, `None` when its sensor is in an outage then.
+    #[inline]
+    pub fn emitted(&self, k: u32, n: u64, sensors_in_split: u64) -> Option<SensorReading> {
+        let r = self.record(k, n, sensors_in_split);
+        let silent = self.config.outages.iter().any(|o| {
+            o.sensor == r.sensor_id as u64
+                && (self.start_ms + o.from_ms..self.start_ms + o.to_ms).contains(&r.ts)
+        });
+        (!silent).then_some(r)
+    }
+
+    /// The n-th record of split `k` (whether or not an outage silences it).
     #[inline]
     pub fn record(&self, k: u32, n: u64, sensors_in_split: u64) -> SensorReading {
         let round = n / sensors_in_split;

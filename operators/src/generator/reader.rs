@@ -82,7 +82,9 @@ impl SourceReader<SensorReading> for GeneratorReader {
                 take = take.min(end - s.next);
             }
             for _ in 0..take {
-                out.collect(i, self.generator.record(s.split, s.next, s.sensors));
+                if let Some(r) = self.generator.emitted(s.split, s.next, s.sensors) {
+                    out.collect(i, r);
+                }
                 s.next += 1;
             }
             if !self.pacing.is_zero() && take > 0 && s.next.is_multiple_of(s.sensors) {

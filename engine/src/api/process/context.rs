@@ -4,7 +4,7 @@
 use super::side_output::{OutputTag, SideRecords, Tagged};
 use super::state::{
     AggregatingHandle, AggregatingStateDescriptor, Clocks, ListHandle, ListStateDescriptor, MapHandle,
-    MapStateDescriptor, ReducingHandle, ReducingStateDescriptor, Scope, TtlRegistry, ValueHandle,
+    MapStateDescriptor, ReducingHandle, ReducingStateDescriptor, Scope, StateRegistry, ValueHandle,
     ValueStateDescriptor,
 };
 use super::timers::{TimeDomain, Timers};
@@ -75,7 +75,7 @@ pub struct KeyedContext<'a, K> {
     pub(crate) firing: Option<TimeDomain>,
     pub(crate) backend: &'a mut dyn KeyedStateBackend,
     pub(crate) timers: &'a mut Timers,
-    pub(crate) registry: &'a mut TtlRegistry,
+    pub(crate) registry: &'a mut StateRegistry,
     pub(crate) side: &'a mut SideRecords,
 }
 

@@ -4,10 +4,10 @@
 use super::context::{Context, KeyedContext, Output};
 use super::function::{KeyedProcessFunction, ProcessFunction};
 use super::side_output::{SideRecords, Tagged};
-use super::state::{Clocks, TtlCleanup, TtlRegistry};
+use super::state::{Clocks, StateRegistry, TtlCleanup};
 use super::timers::{TimeDomain, Timers};
 use crate::keygroup::key_group_of;
-use crate::operator::{Operator, OperatorContext};
+use crate::operator::{Operator, OperatorContext, StateBrowse};
 use crate::types::{Batch, CheckpointId, Data, Key, Timestamp};
 use crate::{Error, Result};
 use caudal_checkpoints::KeyedStateBackend;
@@ -29,7 +29,7 @@ pub(crate) struct KeyedProcessOperator<K, I, O, F> {
     f: F,
     key: Arc<dyn Fn(&I) -> K + Send + Sync>,
     timers: Timers,
-    registry: TtlRegistry,
+    registry: StateRegistry,
     cleanup: TtlCleanup,
     next_cleanup: Timestamp,
     side: SideRecords,
@@ -43,7 +43,7 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> KeyedProcessOpe
             f,
             key,
             timers: Timers::default(),
-            registry: TtlRegistry::default(),
+            registry: StateRegistry::default(),
             cleanup: TtlCleanup::default(),
             next_cleanup: 0,
             side: SideRecords::default(),
@@ -93,7 +93,7 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> KeyedProcessOpe
     }
 
     fn clean_expired(&mut self, ctx: &mut OperatorContext, budget: usize) -> Result<()> {
-        if self.registry.is_empty() {
+        if !self.registry.has_ttl() {
             return Ok(());
         }
         let now = now_ms();
@@ -169,7 +169,7 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Operator
     }
 
     fn next_processing_time(&self) -> Option<Timestamp> {
-        let cleanup = (!self.registry.is_empty()).then_some(self.next_cleanup);
+        let cleanup = self.registry.has_ttl().then_some(self.next_cleanup);
         match (self.timers.processing.next(), cleanup) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -186,6 +186,47 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Operator
     fn restore(&mut self, _snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
         let guard = ctx.keyed_state()?;
         self.timers.rebuild(&*guard)
+    }
+
+    fn state_browser(&mut self) -> Option<&mut dyn StateBrowse> {
+        Some(self)
+    }
+}
+
+/// The state browser's hooks: keys decoded as the function's key type, values of every
+/// state the subtask has used as JSON (with their TTL), timers by kind. Everything is in the
+/// backend already: nothing to write through.
+impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> StateBrowse
+    for KeyedProcessOperator<K, I, O, F>
+{
+    fn state_key_from_json(
+        &self,
+        key: &serde_json::Value,
+        ctx: &OperatorContext,
+    ) -> Option<Result<(u16, Vec<u8>)>> {
+        let typed: K = match serde_json::from_value(key.clone()) {
+            Ok(k) => k,
+            Err(e) => {
+                let ty = std::any::type_name::<K>();
+                return Some(Err(Error::Operator(format!("{key} is not a key of type {ty}: {e}"))));
+            }
+        };
+        let encoded =
+            bincode::serde::encode_to_vec(&typed, bincode::config::standard()).map_err(key_codec_error);
+        Some(encoded.map(|bytes| (key_group_of(&typed, ctx.max_parallelism), bytes)))
+    }
+
+    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
+        let (k, _): (K, usize) = bincode::serde::decode_from_slice(key, bincode::config::standard()).ok()?;
+        serde_json::to_value(k).ok()
+    }
+
+    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
+        match state {
+            super::timers::EVENT_TIMERS => Some(serde_json::json!({ "timer": "event time" })),
+            super::timers::PROCESSING_TIMERS => Some(serde_json::json!({ "timer": "processing time" })),
+            name => self.registry.to_json(name, value),
+        }
     }
 }
 

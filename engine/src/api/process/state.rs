@@ -259,26 +259,89 @@ enum Layout {
     List,
 }
 
-/// The TTL states a subtask has used, so that the cleanup can read their entries.
-#[derive(Debug, Default)]
-pub(crate) struct TtlRegistry {
-    states: Vec<(u32, String, TtlTime, Layout)>,
+/// Shows a stored value as JSON (the state browser).
+type ToJson = fn(&[u8], bool, Layout) -> Option<serde_json::Value>;
+
+/// One state a subtask has used.
+#[derive(Debug)]
+struct Known {
+    serial: u32,
+    name: String,
+    ttl: Option<StateTtl>,
+    layout: Layout,
+    to_json: ToJson,
 }
 
-impl TtlRegistry {
-    fn note(&mut self, d: &Descriptor, layout: Layout) {
-        let (Some(ttl), Ok(id)) = (d.ttl, &d.id) else { return };
-        if !self.states.iter().any(|s| s.0 == d.serial) {
-            self.states.push((d.serial, id.name().to_string(), ttl.time, layout));
+/// The states a subtask has used (noted at first use): the TTL cleanup reads their entries,
+/// the state browser shows their values.
+#[derive(Debug, Default)]
+pub(crate) struct StateRegistry {
+    states: Vec<Known>,
+    with_ttl: usize,
+}
+
+/// A stored value as JSON: `{"value", "expires_at"}` with a TTL, the value itself without;
+/// a list as an array of those.
+fn value_to_json<V: Serialize + DeserializeOwned>(
+    bytes: &[u8],
+    ttl: bool,
+    layout: Layout,
+) -> Option<serde_json::Value> {
+    let one = |b: &[u8]| -> Option<serde_json::Value> {
+        let config = bincode::config::standard();
+        if ttl {
+            let ((expiry, v), _): ((i64, V), usize) = bincode::serde::decode_from_slice(b, config).ok()?;
+            Some(serde_json::json!({ "value": serde_json::to_value(v).ok()?, "expires_at": expiry }))
+        } else {
+            let (v, _): (V, usize) = bincode::serde::decode_from_slice(b, config).ok()?;
+            serde_json::to_value(v).ok()
+        }
+    };
+    match layout {
+        Layout::Single => one(bytes),
+        Layout::List => {
+            decode_list(bytes).ok()?.into_iter().map(one).collect::<Option<Vec<_>>>().map(Into::into)
         }
     }
+}
 
-    fn find(&self, name: &str) -> Option<(TtlTime, Layout)> {
-        self.states.iter().find(|s| s.1 == name).map(|s| (s.2, s.3))
+impl StateRegistry {
+    fn note<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor, layout: Layout) {
+        if self.states.iter().any(|s| s.serial == d.serial) {
+            return;
+        }
+        let Ok(id) = &d.id else { return };
+        self.with_ttl += usize::from(d.ttl.is_some());
+        self.states.push(Known {
+            serial: d.serial,
+            name: id.name().to_string(),
+            ttl: d.ttl,
+            layout,
+            to_json: value_to_json::<V>,
+        });
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.states.is_empty()
+    fn find_ttl(&self, name: &str) -> Option<(TtlTime, Layout)> {
+        self.states.iter().find(|s| s.name == name).and_then(|s| Some((s.ttl?.time, s.layout)))
+    }
+
+    /// Whether any state used so far has a TTL.
+    pub(crate) fn has_ttl(&self) -> bool {
+        self.with_ttl > 0
+    }
+
+    /// The state browser: a stored value of state `name` as JSON, when the state was used.
+    pub(crate) fn to_json(&self, name: &str, value: &[u8]) -> Option<serde_json::Value> {
+        let s = self.states.iter().find(|s| s.name == name)?;
+        let shown = (s.to_json)(value, s.ttl.is_some(), s.layout)?;
+        Some(match s.ttl {
+            Some(ttl) => serde_json::json!({
+                "ttl_ms": ttl.ttl.as_millis() as u64,
+                "ttl_time": match ttl.time { TtlTime::EventTime => "event", TtlTime::ProcessingTime => "processing" },
+                "entries": shown,
+            }),
+            None => shown,
+        })
     }
 }
 
@@ -307,7 +370,7 @@ pub(crate) struct Scope<'c> {
     pub(crate) key_group: u16,
     pub(crate) key: &'c [u8],
     pub(crate) clocks: Clocks,
-    pub(crate) registry: &'c mut TtlRegistry,
+    pub(crate) registry: &'c mut StateRegistry,
 }
 
 impl<'c> Scope<'c> {
@@ -374,7 +437,7 @@ pub struct ValueHandle<'c, V> {
 
 impl<V: Serialize + DeserializeOwned> ValueHandle<'_, V> {
     pub(crate) fn new<'c>(scope: Scope<'c>, desc: &'c ValueStateDescriptor<V>) -> ValueHandle<'c, V> {
-        scope.registry.note(&desc.d, Layout::Single);
+        scope.registry.note::<V>(&desc.d, Layout::Single);
         ValueHandle { scope, desc }
     }
 
@@ -402,7 +465,7 @@ pub struct ReducingHandle<'c, V> {
 
 impl<V: Serialize + DeserializeOwned> ReducingHandle<'_, V> {
     pub(crate) fn new<'c>(scope: Scope<'c>, desc: &'c ReducingStateDescriptor<V>) -> ReducingHandle<'c, V> {
-        scope.registry.note(&desc.d, Layout::Single);
+        scope.registry.note::<V>(&desc.d, Layout::Single);
         ReducingHandle { scope, desc }
     }
 
@@ -438,7 +501,7 @@ impl<I, ACC: Serialize + DeserializeOwned + Default> AggregatingHandle<'_, I, AC
         scope: Scope<'c>,
         desc: &'c AggregatingStateDescriptor<I, ACC>,
     ) -> AggregatingHandle<'c, I, ACC> {
-        scope.registry.note(&desc.d, Layout::Single);
+        scope.registry.note::<ACC>(&desc.d, Layout::Single);
         AggregatingHandle { scope, desc }
     }
 
@@ -469,7 +532,7 @@ pub struct ListHandle<'c, V> {
 
 impl<V: Serialize + DeserializeOwned> ListHandle<'_, V> {
     pub(crate) fn new<'c>(scope: Scope<'c>, desc: &'c ListStateDescriptor<V>) -> ListHandle<'c, V> {
-        scope.registry.note(&desc.d, Layout::List);
+        scope.registry.note::<V>(&desc.d, Layout::List);
         ListHandle { scope, desc }
     }
 
@@ -524,7 +587,7 @@ pub struct MapHandle<'c, UK, V> {
 
 impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapHandle<'_, UK, V> {
     pub(crate) fn new<'c>(scope: Scope<'c>, desc: &'c MapStateDescriptor<UK, V>) -> MapHandle<'c, UK, V> {
-        scope.registry.note(&desc.d, Layout::Single);
+        scope.registry.note::<V>(&desc.d, Layout::Single);
         MapHandle { scope, desc }
     }
 
@@ -617,11 +680,11 @@ impl TtlCleanup {
     pub(crate) fn run(
         &mut self,
         backend: &mut dyn KeyedStateBackend,
-        registry: &TtlRegistry,
+        registry: &StateRegistry,
         clocks: Clocks,
         budget: usize,
     ) -> Result<()> {
-        if registry.is_empty() {
+        if !registry.has_ttl() {
             return Ok(());
         }
         let range = backend.key_groups();
@@ -635,7 +698,7 @@ impl TtlCleanup {
             read += page.entries.len().max(1);
             for e in &page.entries {
                 let Some(d) = decode_key(&e.key) else { continue };
-                let Some((time, layout)) = registry.find(d.state) else { continue };
+                let Some((time, layout)) = registry.find_ttl(d.state) else { continue };
                 self.removed += clean_entry(backend, &e.key, &e.value, time, layout, clocks)?;
             }
             match page.next {

@@ -33,6 +33,10 @@ fn decode_time(bytes: &[u8]) -> Option<Timestamp> {
     Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
 }
 
+/// The state names of the timers in the backend.
+pub(crate) const EVENT_TIMERS: &str = "_timer.event";
+pub(crate) const PROCESSING_TIMERS: &str = "_timer.proc";
+
 /// A due timer: its time, and the key group and encoded key it belongs to.
 pub(crate) type DueTimer = (Timestamp, u16, Vec<u8>);
 
@@ -151,7 +155,7 @@ pub(crate) struct Timers {
 
 impl Default for Timers {
     fn default() -> Self {
-        Timers { event: TimerQueue::new("_timer.event"), processing: TimerQueue::new("_timer.proc") }
+        Timers { event: TimerQueue::new(EVENT_TIMERS), processing: TimerQueue::new(PROCESSING_TIMERS) }
     }
 }
 
