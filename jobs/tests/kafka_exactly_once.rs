@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 const READINGS: u64 = 200_000;
 const PARTITIONS: i32 = 4;
+/// `--silence-secs` of every run.
+const SILENCE_SECS: i64 = 5;
 
 /// A new input topic with `records` readings.
 fn produce(stack: &Stack, name: &str, records: u64) -> String {
@@ -32,6 +34,8 @@ fn produce(stack: &Stack, name: &str, records: u64) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_temperature"))
         .args(["produce", "--topic", &topic, "--sensors", "100", "--rate", "0", "--seed", "5"])
         .args(["--records", &records.to_string(), "--event-interval-ms", "100"])
+        // Silent sensors (alerts after SILENCE_SECS; sensor 42's outage is too short).
+        .args(["--outage", "5:30:60", "--outage", "42:100:101", "--outage", "77:150:190"])
         .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
         .output()
         .unwrap();
@@ -59,6 +63,7 @@ struct Run {
     env: Vec<(&'static str, &'static str)>,
     readings: String,
     windows: String,
+    alerts: String,
     ckpt: tempfile::TempDir,
 }
 
@@ -72,10 +77,12 @@ fn new_run(stack: &Stack, name: &str) -> Run {
         env: Vec::new(),
         readings: unique(&format!("{name}-readings")),
         windows: unique(&format!("{name}-windows")),
+        alerts: unique(&format!("{name}-alerts")),
         ckpt: tempfile::tempdir().unwrap(),
     };
     create_topic(stack, &run.readings, 2);
     create_topic(stack, &run.windows, 2);
+    create_topic(stack, &run.alerts, 2);
     run
 }
 
@@ -93,6 +100,7 @@ fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Chi
             run.checkpoint_interval,
         ])
         .args(["--progress-secs", "1", "--no-ui", "--transactional-id-prefix", &run.readings])
+        .args(["--alerts-topic", &run.alerts, "--silence-secs", &SILENCE_SECS.to_string()])
         .arg("--checkpoint-dir")
         .arg(run.ckpt.path())
         .stdout(Stdio::null())
@@ -116,8 +124,8 @@ fn wait(child: Child) -> (ExitStatus, String) {
     (out.status, String::from_utf8_lossy(&out.stderr).to_string())
 }
 
-/// Readings and windows, each as sorted (key, payload) pairs.
-type Output = (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
+/// Readings, windows and alerts, each as sorted (key, payload) pairs.
+type Output = (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// What a run published, as (key, Avro payload) pairs, sorted. The 5-byte Confluent
 /// header is dropped: each run's topics are distinct subjects.
@@ -128,16 +136,16 @@ fn published(stack: &Stack, run: &Run) -> Output {
         v.sort();
         v
     };
-    (strip(read_committed(stack, &run.readings)), strip(read_committed(stack, &run.windows)))
+    (
+        strip(read_committed(stack, &run.readings)),
+        strip(read_committed(stack, &run.windows)),
+        strip(read_committed(stack, &run.alerts)),
+    )
 }
 
 /// An uninterrupted run over `run`'s input, its readings checked against the input.
 fn clean_run(stack: &Stack, like: &Run, records: u64) -> Output {
-    let run =
-        Run { readings: unique("clean-readings"), windows: unique("clean-windows"), ..new_run(stack, "c") };
-    let run = Run { input: like.input.clone(), ..run };
-    create_topic(stack, &run.readings, 2);
-    create_topic(stack, &run.windows, 2);
+    let run = Run { input: like.input.clone(), ..new_run(stack, "clean") };
     let (status, err) = wait(spawn(stack, &run, false, None));
     assert!(status.success(), "clean run failed: {err}");
     let out = published(stack, &run);
@@ -146,6 +154,13 @@ fn clean_run(stack: &Stack, like: &Run, records: u64) -> Output {
     let (readings, windows) = oracle::expected(stack, &run.input, 10_000);
     assert_eq!(oracle::readings_of(&out.0), readings, "the clean run's readings differ from the input's");
     assert_eq!(oracle::windows_of(&out.1), windows, "the clean run's windows differ from the input's");
+    let alerts = oracle::expected_alerts(stack, &run.input, SILENCE_SECS * 1000);
+    assert_eq!(alerts.len(), 4, "two outages alert (a SILENT and a RECOVERED each), one is too short");
+    assert_eq!(
+        oracle::alerts_of(&out.2),
+        alerts,
+        "the clean run's alerts differ from what the input implies"
+    );
     assert!(out.0.len() as u64 > records * 9 / 10, "clean run wrote {} readings", out.0.len());
     assert!(out.1.len() > 1000, "clean run wrote {} windows", out.1.len());
     out
@@ -162,7 +177,9 @@ fn assert_equals_clean(stack: &Stack, run: &Run, what: &str) {
 
 fn assert_equals(clean: &Output, stack: &Stack, run: &Run, what: &str) {
     let got = published(stack, run);
-    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+    let outputs =
+        [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1), ("alerts", &got.2, &clean.2)];
+    for (name, got, want) in outputs {
         if got != want {
             let dups = got.windows(2).filter(|w| w[0] == w[1]).count();
             panic!(
@@ -644,7 +661,9 @@ fn at_least_once_killed_and_restored_writes_every_record_at_least_once() {
     assert!(has_checkpoint(&run), "no checkpoint before the kill");
     finish(&stack, &run);
     let got = published(&stack, &run);
-    for (name, got, want) in [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1)] {
+    let outputs =
+        [("readings", &got.0, &clean.0), ("windows", &got.1, &clean.1), ("alerts", &got.2, &clean.2)];
+    for (name, got, want) in outputs {
         eprintln!("at-least-once {name}: {} records, the clean run {}", got.len(), want.len());
         let (got, want) = (counts(got), counts(want));
         let missing = want.iter().filter(|(r, n)| got.get(*r).copied().unwrap_or(0) < **n).count();

@@ -110,6 +110,17 @@ impl Target {
             "0",
             "--parallelism",
             "2",
+            // The outages and silence of common::base_args (BASE_MODEL): alerts too.
+            "--silence-secs",
+            "2",
+            "--outage",
+            "3:5:9",
+            "--outage",
+            "7:12:13",
+            "--outage",
+            "9:20:25.5",
+            "--outage",
+            "3:15:18",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -187,6 +198,13 @@ impl Target {
                     self.schema
                 ),
             ),
+            alerts: pg_rows(
+                &self.pg_url,
+                &format!(
+                    "SELECT sensor_id, kind, ts, last_seen FROM \"{}\".sensor_alerts ORDER BY 1, 2, 3",
+                    self.schema
+                ),
+            ),
             hashes: redis_hashes(&self.redis_url, &self.prefix),
             archive: archive(&self.archive, &self.s3),
         }
@@ -217,14 +235,17 @@ impl Target {
                    window_end BIGINT NOT NULL, count BIGINT NOT NULL, min_c DOUBLE PRECISION NOT NULL, \
                    max_c DOUBLE PRECISION NOT NULL, mean_c DOUBLE PRECISION NOT NULL, \
                    PRIMARY KEY (sensor_id, window_start)); \
-                 CREATE TABLE \"{s}\".caudal_test_writes (tbl TEXT NOT NULL, k TEXT NOT NULL); {} {}",
+                 CREATE TABLE \"{s}\".sensor_alerts (sensor_id BIGINT NOT NULL, kind TEXT NOT NULL, \
+                   ts BIGINT NOT NULL, last_seen BIGINT NOT NULL, PRIMARY KEY (sensor_id, kind, ts)); \
+                 CREATE TABLE \"{s}\".caudal_test_writes (tbl TEXT NOT NULL, k TEXT NOT NULL); {} {} {}",
                 log("sensor_readings", "NEW.sensor_id || '/' || NEW.ts"),
                 log("window_stats", "NEW.sensor_id || '/' || NEW.window_start"),
+                log("sensor_alerts", "NEW.sensor_id || '/' || NEW.kind || '/' || NEW.ts"),
             ),
         );
     }
 
-    /// Every key of the two keyed tables was written by exactly one committed transaction.
+    /// Every key of the three logged tables was written by exactly one committed transaction.
     fn assert_each_row_written_once(&self, got: &Results, what: &str) {
         let s = &self.schema;
         let twice = pg_rows(
@@ -238,7 +259,7 @@ impl Target {
         let writes = pg_rows(&self.pg_url, &format!("SELECT count(*) FROM \"{s}\".caudal_test_writes"));
         assert_eq!(
             writes,
-            [(got.readings.len() + got.windows.len()).to_string()],
+            [(got.readings.len() + got.windows.len() + got.alerts.len()).to_string()],
             "{what}: one logged write per row"
         );
     }
@@ -416,6 +437,8 @@ fn archive(url: &str, s3: &S3Config) -> BTreeMap<String, Vec<String>> {
 struct Results {
     readings: Vec<String>,
     windows: Vec<String>,
+    /// `sensor_alerts`: silent-sensor alerts.
+    alerts: Vec<String>,
     /// `sensor_latest`: one row per sensor, upserted in every epoch.
     latest: Vec<String>,
     hashes: BTreeMap<String, BTreeMap<String, String>>,
@@ -428,6 +451,7 @@ fn assert_same(got: &Results, want: &Results, what: &str) {
     assert_eq!(got.windows.len(), want.windows.len(), "{what}: PostgreSQL window rows");
     assert!(got.windows == want.windows, "{what}: PostgreSQL windows differ from the clean run");
     assert_eq!(got.latest, want.latest, "{what}: PostgreSQL sensor_latest differs from the clean run");
+    assert_eq!(got.alerts, want.alerts, "{what}: PostgreSQL sensor_alerts differ from the clean run");
     assert_eq!(got.hashes, want.hashes, "{what}: Redis hashes differ from the clean run");
     let count = |a: &BTreeMap<String, Vec<String>>| a.values().map(Vec::len).sum::<usize>();
     assert_eq!(
@@ -512,6 +536,12 @@ fn assert_is_what_the_input_implies(r: &Results) {
         sorted(windows.iter().map(window)),
         "PostgreSQL windows vs the input"
     );
+    let alerts = common::oracle::expected_alert_records(&common::BASE_MODEL)
+        .iter()
+        .map(|a| format!("{} {} {} {}", a.sensor_id, a.kind, a.ts, a.last_seen))
+        .collect::<Vec<_>>();
+    assert_eq!(alerts.len(), 6, "the outages alert");
+    assert_eq!(sorted(r.alerts.clone()), sorted(alerts), "PostgreSQL sensor_alerts vs the outages");
     let mut latest: BTreeMap<i64, &ProcessedReading> = BTreeMap::new();
     for p in &readings {
         if latest.get(&p.sensor_id).is_none_or(|l| l.ts < p.ts) {
@@ -991,7 +1021,7 @@ fn a_wrong_postgres_password_fails_the_job_naming_the_sink_and_the_cause() {
     t.cleanup_redis();
     assert!(!status.success());
     assert!(
-        ["readings-postgres", "windows-postgres"]
+        ["readings-postgres", "windows-postgres", "latest-postgres", "alerts-postgres"]
             .iter()
             .any(|s| err.contains(&format!("PostgreSQL sink `{s}`")))
             && err.contains("password authentication failed"),

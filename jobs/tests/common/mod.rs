@@ -22,7 +22,7 @@ pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
         "--outage",
         "7:12:13",
         "--outage",
-        "11:20:25.5",
+        "9:20:25.5",
         "--outage",
         "3:15:18",
         "--sensors",
@@ -133,7 +133,7 @@ pub const BASE_MODEL: oracle::Model = oracle::Model {
     interval_ms: 100,
     faulty_fraction: 0.01,
     window_ms: 1000,
-    outages: &[(3, 5_000, 9_000), (7, 12_000, 13_000), (11, 20_000, 25_500), (3, 15_000, 18_000)],
+    outages: &[(3, 5_000, 9_000), (7, 12_000, 13_000), (9, 20_000, 25_500), (3, 15_000, 18_000)],
     silence_ms: Some(2_000),
 };
 

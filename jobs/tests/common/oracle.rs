@@ -47,6 +47,14 @@ impl Model {
 /// `SILENT` (last + silence) and one `RECOVERED` (the first after). Outages must lie inside
 /// the input with readings on both sides, and not touch each other.
 pub fn expected_alerts(m: &Model) -> Vec<String> {
+    let mut lines: Vec<String> =
+        expected_alert_records(m).iter().map(|a| serde_json::to_string(a).expect("JSON")).collect();
+    lines.sort();
+    lines
+}
+
+/// [`expected_alerts`] as records, in the order of the outages.
+pub fn expected_alert_records(m: &Model) -> Vec<SensorAlert> {
     let Some(silence) = m.silence_ms else { return Vec::new() };
     let mut alerts = Vec::new();
     for &(sensor, from, to) in m.outages {
@@ -64,9 +72,7 @@ pub fn expected_alerts(m: &Model) -> Vec<String> {
             alerts.push(alert(AlertKind::Recovered, first));
         }
     }
-    let mut lines: Vec<String> = alerts.iter().map(|a| serde_json::to_string(a).expect("JSON")).collect();
-    lines.sort();
-    lines
+    alerts
 }
 
 /// What the job publishes: windows and readings as JSON lines, each list sorted.

@@ -3,11 +3,13 @@
 //! Caudal's codec), no engine code. Readings: each converted to °C, the impossible ones
 //! (not −50 < °C < 60) dropped. Windows: per sensor and tumbling event-time window, count,
 //! min, max and mean, the sum taken in event-time order (a sensor's readings sit in one
-//! partition in that order).
+//! partition in that order). Alerts: per sensor, every gap between two consecutive readings
+//! (faulty ones included) longer than the silence makes a `SILENT` at the first + silence
+//! and a `RECOVERED` at the second.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use super::{read_committed, Stack};
-use caudal_schemas::{ProcessedReading, SensorReading, WindowStats};
+use caudal_schemas::{ProcessedReading, SensorAlert, SensorReading, WindowStats};
 use std::collections::BTreeMap;
 
 /// A reading as compared: (sensor, ts, lat, lon, °C, °F), floats by their bits.
@@ -119,4 +121,38 @@ pub fn expected(stack: &Stack, input: &str, window_ms: i64) -> (Vec<ReadingKey>,
         })
         .collect();
     (readings, windows)
+}
+
+/// An alert as compared: (sensor, kind, ts, last seen).
+pub type AlertKey = (i64, String, i64, i64);
+
+/// The alerts of published (key, Avro payload without its header) records, sorted.
+pub fn alerts_of(published: &[(Vec<u8>, Vec<u8>)]) -> Vec<AlertKey> {
+    let mut v: Vec<AlertKey> = decode_all::<SensorAlert>(published.iter().map(|(_, v)| v.clone()))
+        .into_iter()
+        .map(|a| (a.sensor_id, a.kind.to_string(), a.ts, a.last_seen))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The silent-sensor alerts the input topic implies for a silence of `silence_ms`, sorted.
+pub fn expected_alerts(stack: &Stack, input: &str, silence_ms: i64) -> Vec<AlertKey> {
+    let mut times: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for r in decode_all::<SensorReading>(payloads(&read_committed(stack, input))) {
+        times.entry(r.sensor_id).or_default().push(r.ts);
+    }
+    let mut alerts = Vec::new();
+    for (sensor, mut ts) in times {
+        ts.sort_unstable();
+        for pair in ts.windows(2) {
+            let (last, next) = (pair[0], pair[1]);
+            if next - last > silence_ms {
+                alerts.push((sensor, "SILENT".to_string(), last + silence_ms, last));
+                alerts.push((sensor, "RECOVERED".to_string(), next, last));
+            }
+        }
+    }
+    alerts.sort_unstable();
+    alerts
 }
