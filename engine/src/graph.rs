@@ -49,6 +49,8 @@ pub enum EdgeKind {
     Rebalance,
     /// By key group.
     Hash,
+    /// Every record to every consumer subtask.
+    Broadcast,
 }
 
 /// How an edge partitions at run time.
@@ -57,6 +59,7 @@ pub(crate) enum PartitionMode {
     Forward,
     Rebalance,
     Hash,
+    Broadcast,
 }
 
 impl PartitionMode {
@@ -68,6 +71,7 @@ impl PartitionMode {
         match (self, router) {
             (PartitionMode::Hash, Some(r)) => Partitioner::Hash { router: r.clone(), max_parallelism },
             (PartitionMode::Forward, _) => Partitioner::Forward,
+            (PartitionMode::Broadcast, _) => Partitioner::Broadcast,
             _ => Partitioner::Rebalance { next: 0 },
         }
     }

@@ -3,8 +3,9 @@
 //! checked against a model computed without the engine.
 
 use caudal::process::{
-    Context, KeyedContext, KeyedProcessFunction, Output, OutputTag, ProcessFunction, TimeDomain,
-    ValueStateDescriptor,
+    BroadcastContext, BroadcastStateDescriptor, CoProcessFunction, Context, KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, ListStateDescriptor, Output, OutputTag,
+    ProcessFunction, TimeDomain, ValueStateDescriptor,
 };
 use caudal::testing::CollectSink;
 use caudal::types::MAX_WATERMARK;
@@ -277,5 +278,334 @@ fn processing_time_timers_fire_on_the_wall_clock_while_the_input_is_quiet() {
     );
     for (key, late) in got {
         assert!((0..500).contains(&late), "key {key}'s timer fired {late} ms late");
+    }
+}
+
+// ---- two inputs --------------------------------------------------------------------------
+
+/// Orders meet their customer: an order waits in the key's list state until the customer's
+/// name is known, then goes out with it.
+#[derive(Clone)]
+struct Enrich {
+    name: ValueStateDescriptor<String>,
+    waiting: ListStateDescriptor<u64>,
+}
+
+impl KeyedCoProcessFunction<u32, (u32, u64), (u32, String), (String, u64)> for Enrich {
+    fn process_element1(
+        &mut self,
+        (_, amount): (u32, u64),
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (String, u64)>,
+    ) -> Result<()> {
+        match ctx.value(&self.name).get()? {
+            Some(name) => out.collect((name, amount)),
+            None => ctx.list(&self.waiting).add(&amount)?,
+        }
+        Ok(())
+    }
+
+    fn process_element2(
+        &mut self,
+        (_, name): (u32, String),
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (String, u64)>,
+    ) -> Result<()> {
+        for amount in ctx.list(&self.waiting).get()? {
+            out.collect((name.clone(), amount));
+        }
+        ctx.list(&self.waiting).clear()?;
+        ctx.value(&self.name).set(&name)
+    }
+}
+
+#[test]
+fn two_streams_keyed_alike_meet_per_key_whatever_comes_first() {
+    let orders: Vec<(u32, u64)> = (0..3_000u64).map(|i| ((i % 50) as u32, i)).collect();
+    // Customers 0..40 only: orders of 40..50 wait for ever.
+    let customers: Vec<(u32, String)> = (0..40u32).rev().map(|c| (c, format!("customer-{c}"))).collect();
+    let env = StreamEnv::with_config(config(3));
+    let (sink, out) = CollectSink::new();
+    env.from_iter("orders", orders.clone())
+        .connect(env.from_iter("customers", customers))
+        .key_by(|o: &(u32, u64)| o.0, |c: &(u32, String)| c.0)
+        .process(Enrich {
+            name: ValueStateDescriptor::new("name"),
+            waiting: ListStateDescriptor::new("waiting"),
+        })
+        .uid("enrich")
+        .sink("enriched", move |_| Ok(sink.clone()));
+    env.execute("enrich").unwrap();
+    let mut got = out.lock().clone();
+    got.sort();
+    let mut want: Vec<(String, u64)> =
+        orders.iter().filter(|o| o.0 < 40).map(|o| (format!("customer-{}", o.0), o.1)).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// Labels each element with its side.
+#[derive(Clone)]
+struct Label;
+
+impl CoProcessFunction<u64, String, String> for Label {
+    fn process_element1(&mut self, v: u64, _: &mut Context<'_>, out: &mut Output<'_, String>) -> Result<()> {
+        out.collect(format!("number {v}"));
+        Ok(())
+    }
+
+    fn process_element2(
+        &mut self,
+        v: String,
+        _: &mut Context<'_>,
+        out: &mut Output<'_, String>,
+    ) -> Result<()> {
+        out.collect(format!("word {v}"));
+        Ok(())
+    }
+}
+
+#[test]
+fn two_streams_of_different_types_go_through_one_function() {
+    let env = StreamEnv::with_config(config(2));
+    let (sink, out) = CollectSink::new();
+    let words = ["a", "b", "c"].map(String::from);
+    env.from_iter("numbers", 0..100u64)
+        .connect(env.from_iter("words", words))
+        .process(Label)
+        .sink("out", move |_| Ok(sink.clone()));
+    env.execute("label").unwrap();
+    let mut got = out.lock().clone();
+    got.sort();
+    let mut want: Vec<String> =
+        (0..100).map(|v| format!("number {v}")).chain(["a", "b", "c"].map(|w| format!("word {w}"))).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// Registers a timer at every element's time; when one fires, every element of either side
+/// up to that time must have arrived (the watermark is the minimum of both inputs).
+#[derive(Clone)]
+struct SeenBy {
+    seen: ListStateDescriptor<i64>,
+    all: std::sync::Arc<Vec<i64>>,
+}
+
+impl KeyedCoProcessFunction<u8, i64, i64, (i64, usize, usize)> for SeenBy {
+    fn process_element1(
+        &mut self,
+        ts: i64,
+        ctx: &mut KeyedContext<'_, u8>,
+        _: &mut Output<'_, (i64, usize, usize)>,
+    ) -> Result<()> {
+        ctx.list(&self.seen).add(&ts)?;
+        ctx.register_event_time_timer(ts)
+    }
+
+    fn process_element2(
+        &mut self,
+        ts: i64,
+        ctx: &mut KeyedContext<'_, u8>,
+        _: &mut Output<'_, (i64, usize, usize)>,
+    ) -> Result<()> {
+        ctx.list(&self.seen).add(&ts)?;
+        ctx.register_event_time_timer(ts)
+    }
+
+    fn on_timer(
+        &mut self,
+        ts: Timestamp,
+        ctx: &mut KeyedContext<'_, u8>,
+        out: &mut Output<'_, (i64, usize, usize)>,
+    ) -> Result<()> {
+        let seen = ctx.list(&self.seen).get()?.into_iter().filter(|t| *t <= ts).count();
+        out.collect((ts, seen, self.all.iter().filter(|t| **t <= ts).count()));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_two_input_operators_watermark_is_the_minimum_of_both_inputs() {
+    // A fast side and a side that is throttled: without the minimum, timers would fire before
+    // the slow side's elements up to their time arrived.
+    let fast: Vec<i64> = (0..400).map(|i| i * 10).collect();
+    let slow: Vec<i64> = (0..400).map(|i| i * 10 + 5).collect();
+    let all: Vec<i64> = fast.iter().chain(&slow).copied().collect();
+    let env = StreamEnv::with_config(config(2));
+    let wm = || WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |t: &i64| *t);
+    let slow_source = ThrottledIter { items: slow, every: Duration::from_millis(2) };
+    let (sink, out) = CollectSink::new();
+    env.from_iter_with("fast", fast, wm())
+        .connect(env.source("slow", slow_source, wm()).parallelism(1))
+        .key_by(|_: &i64| 0u8, |_: &i64| 0u8)
+        .process(SeenBy { seen: ListStateDescriptor::new("seen"), all: std::sync::Arc::new(all.clone()) })
+        .sink("checks", move |_| Ok(sink.clone()));
+    env.execute("min-watermark").unwrap();
+    let got = out.lock().clone();
+    assert_eq!(got.len(), all.len(), "one timer per element time");
+    let early: Vec<_> = got.iter().filter(|(_, seen, want)| seen != want).take(3).collect();
+    assert!(early.is_empty(), "timers fired before both inputs passed them: {early:?}");
+}
+
+/// Emits its items one every `every`, then ends.
+struct ThrottledIter {
+    items: Vec<i64>,
+    every: Duration,
+}
+
+struct ThrottledReader {
+    items: std::vec::IntoIter<i64>,
+    every: Duration,
+    next: Instant,
+}
+
+impl Source for ThrottledIter {
+    type Out = i64;
+    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<i64>>> {
+        Ok(Box::new(ThrottledReader {
+            items: self.items.clone().into_iter(),
+            every: self.every,
+            next: Instant::now(),
+        }))
+    }
+}
+
+impl SourceReader<i64> for ThrottledReader {
+    fn splits(&self) -> usize {
+        1
+    }
+    fn poll(&mut self, out: &mut SourceOutput<'_, i64>) -> Result<SourcePoll> {
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(SourcePoll::Pending(self.next - now));
+        }
+        match self.items.next() {
+            Some(v) => {
+                out.collect(0, v);
+                self.next = now + self.every;
+                Ok(SourcePoll::Ready)
+            }
+            None => Ok(SourcePoll::Finished),
+        }
+    }
+}
+
+// ---- broadcast state ---------------------------------------------------------------------
+
+/// Readings judged by the limit in force at their event time: the control stream's limits
+/// (effective from their timestamp) are broadcast state; a reading waits in keyed state until
+/// the watermark passes it, when every limit up to its time has arrived at every subtask.
+#[derive(Clone)]
+struct Judge {
+    limits: BroadcastStateDescriptor<i64, f64>,
+    waiting: ListStateDescriptor<(i64, f64)>,
+}
+
+impl KeyedBroadcastProcessFunction<u32, (u32, i64, f64), (i64, f64), (u32, i64, bool)> for Judge {
+    fn process_element(
+        &mut self,
+        (_, ts, v): (u32, i64, f64),
+        ctx: &mut KeyedContext<'_, u32>,
+        _: &mut Output<'_, (u32, i64, bool)>,
+    ) -> Result<()> {
+        ctx.list(&self.waiting).add(&(ts, v))?;
+        ctx.register_event_time_timer(ts)
+    }
+
+    fn process_broadcast_element(
+        &mut self,
+        (from, limit): (i64, f64),
+        ctx: &mut BroadcastContext<'_>,
+        _: &mut Output<'_, (u32, i64, bool)>,
+    ) -> Result<()> {
+        ctx.state(&self.limits).put(&from, &limit)
+    }
+
+    fn on_timer(
+        &mut self,
+        ts: Timestamp,
+        ctx: &mut KeyedContext<'_, u32>,
+        out: &mut Output<'_, (u32, i64, bool)>,
+    ) -> Result<()> {
+        let limits = ctx.broadcast_state(&self.limits)?.entries()?;
+        let in_force = limits.iter().rev().find(|(from, _)| *from <= ts).map_or(f64::INFINITY, |l| l.1);
+        let waiting = ctx.list(&self.waiting).get()?;
+        let (due, later): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(t, _)| *t <= ts);
+        for (t, v) in due {
+            out.collect((*ctx.key(), t, v <= in_force));
+        }
+        ctx.list(&self.waiting).update(&later)
+    }
+}
+
+#[test]
+fn readings_are_judged_by_the_broadcast_limit_in_force_at_their_event_time_on_every_subtask() {
+    let readings: Vec<(u32, i64, f64)> =
+        (0..2_000i64).map(|i| ((i % 30) as u32, i * 5, (i % 97) as f64)).collect();
+    // The limit changes three times; the control stream is slow, the readings are not.
+    let limits = vec![(0i64, 50.0f64), (2_500, 20.0), (6_000, 90.0)];
+    let limit_at = |ts: i64| limits.iter().rev().find(|l| l.0 <= ts).unwrap().1;
+    let env = StreamEnv::with_config(config(3));
+    let wm_r = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |r: &(u32, i64, f64)| r.1);
+    let control = ThrottledLimits { items: limits.clone(), every: Duration::from_millis(50) };
+    let wm_c = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |l: &(i64, f64)| l.0);
+    let (sink, out) = CollectSink::new();
+    env.from_iter_with("readings", readings.clone(), wm_r)
+        .key_by(|r: &(u32, i64, f64)| r.0)
+        .connect(env.source("limits", control, wm_c).parallelism(1).broadcast())
+        .process(Judge {
+            limits: BroadcastStateDescriptor::new("limits"),
+            waiting: ListStateDescriptor::new("waiting"),
+        })
+        .uid("judge")
+        .sink("judged", move |_| Ok(sink.clone()));
+    env.execute("judge").unwrap();
+    let mut got = out.lock().clone();
+    got.sort_by_key(|j| (j.0, j.1));
+    let mut want: Vec<(u32, i64, bool)> = readings.iter().map(|r| (r.0, r.1, r.2 <= limit_at(r.1))).collect();
+    want.sort_by_key(|j| (j.0, j.1));
+    assert_eq!(got, want);
+}
+
+/// [`ThrottledIter`] of limits.
+struct ThrottledLimits {
+    items: Vec<(i64, f64)>,
+    every: Duration,
+}
+
+struct ThrottledLimitsReader {
+    items: std::vec::IntoIter<(i64, f64)>,
+    every: Duration,
+    next: Instant,
+}
+
+impl Source for ThrottledLimits {
+    type Out = (i64, f64);
+    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<(i64, f64)>>> {
+        Ok(Box::new(ThrottledLimitsReader {
+            items: self.items.clone().into_iter(),
+            every: self.every,
+            next: Instant::now(),
+        }))
+    }
+}
+
+impl SourceReader<(i64, f64)> for ThrottledLimitsReader {
+    fn splits(&self) -> usize {
+        1
+    }
+    fn poll(&mut self, out: &mut SourceOutput<'_, (i64, f64)>) -> Result<SourcePoll> {
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(SourcePoll::Pending(self.next - now));
+        }
+        match self.items.next() {
+            Some(v) => {
+                out.collect(0, v);
+                self.next = now + self.every;
+                Ok(SourcePoll::Ready)
+            }
+            None => Ok(SourcePoll::Finished),
+        }
     }
 }

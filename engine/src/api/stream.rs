@@ -72,7 +72,7 @@ impl<T: Data> DataStream<T> {
         self.process.unwrap_or(self.node)
     }
 
-    fn edge(&self, kind: EdgeKind, router: Option<KeyRouter<T>>) -> Edge {
+    pub(crate) fn edge(&self, kind: EdgeKind, router: Option<KeyRouter<T>>) -> Edge {
         Edge {
             from: self.node,
             kind,
@@ -216,7 +216,7 @@ where
 
 /// A stream partitioned by key: the input of keyed state and windows.
 pub struct KeyedStream<K, T> {
-    stream: DataStream<T>,
+    pub(crate) stream: DataStream<T>,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
 }
 

@@ -115,6 +115,7 @@ impl PlanDocument {
                     partitioning: match e.partitioning.as_str() {
                         "hash" => EdgeKind::Hash,
                         "rebalance" => EdgeKind::Rebalance,
+                        "broadcast" => EdgeKind::Broadcast,
                         _ => EdgeKind::Forward,
                     },
                     chained: e.chained,

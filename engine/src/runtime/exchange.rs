@@ -32,6 +32,8 @@ pub(crate) enum Partitioner<T> {
     Rebalance { next: usize },
     /// By key group.
     Hash { router: KeyRouter<T>, max_parallelism: u32 },
+    /// Every batch to every channel.
+    Broadcast,
 }
 
 /// The sending end of an edge, as the last node of a chain.
@@ -103,6 +105,12 @@ impl<T: Data> ChainNode for ExchangeOutput<T> {
         let n = self.senders.len();
         match &mut self.partitioner {
             Partitioner::Forward => self.send_batch(0, batch),
+            Partitioner::Broadcast => {
+                for target in 1..n {
+                    self.send_batch(target, batch.clone())?;
+                }
+                self.send_batch(0, batch)
+            }
             Partitioner::Rebalance { next } => {
                 let target = *next % n;
                 *next = next.wrapping_add(1);

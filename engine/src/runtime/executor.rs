@@ -121,6 +121,7 @@ pub(crate) fn compile(graph: &GraphBuilder, config: &JobConfig, job: &str) -> Re
 fn mode(kind: EdgeKind, p_from: u32, p_to: u32) -> PartitionMode {
     match kind {
         EdgeKind::Hash => PartitionMode::Hash,
+        EdgeKind::Broadcast => PartitionMode::Broadcast,
         EdgeKind::Forward if p_from == p_to => PartitionMode::Forward,
         _ => PartitionMode::Rebalance,
     }
@@ -301,9 +302,11 @@ impl ChainBuilder<'_> {
     /// The keyed state of subtask `i` of node `n`, if its input is keyed (`key_by`).
     fn keyed_state(&self, n: NodeId, i: u32, range: &std::ops::Range<u16>) -> Result<Option<KeyedState>> {
         let node = &self.graph.nodes[n];
+        // Keyed: every input is partitioned by key (`key_by`, both sides of a keyed
+        // `connect`), or broadcast to every subtask besides a keyed one.
         let keyed = matches!(node.kind, NodeKind::Operator(_))
-            && node.inputs.len() == 1
-            && node.inputs[0].kind == EdgeKind::Hash;
+            && node.inputs.iter().any(|e| e.kind == EdgeKind::Hash)
+            && node.inputs.iter().all(|e| matches!(e.kind, EdgeKind::Hash | EdgeKind::Broadcast));
         if !keyed {
             return Ok(None);
         }

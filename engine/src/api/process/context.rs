@@ -77,6 +77,8 @@ pub struct KeyedContext<'a, K> {
     pub(crate) timers: &'a mut Timers,
     pub(crate) registry: &'a mut StateRegistry,
     pub(crate) side: &'a mut SideRecords,
+    /// The broadcast state, read-only (functions connected to a broadcast stream).
+    pub(crate) broadcast: Option<&'a super::broadcast::BroadcastState>,
 }
 
 impl<K> KeyedContext<'_, K> {

@@ -44,8 +44,11 @@
 //! assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
 //! ```
 
+mod broadcast;
+mod connect;
 mod context;
 mod function;
+mod keyed_core;
 mod operator;
 mod side_output;
 mod state;
@@ -53,6 +56,13 @@ mod state;
 mod tests;
 mod timers;
 
+pub use broadcast::{
+    BroadcastConnectedStreams, BroadcastContext, BroadcastMapMut, BroadcastStateDescriptor, BroadcastStream,
+    BroadcastView, KeyedBroadcastProcessFunction,
+};
+pub use connect::{
+    CoProcessFunction, ConnectedStreams, KeyedCoProcessFunction, KeyedConnectedStreams, TwoInputs,
+};
 pub use context::{Context, KeyedContext, Output};
 pub use function::{KeyedProcessFunction, ProcessFunction};
 pub use side_output::{OutputTag, Tagged};
@@ -112,7 +122,7 @@ impl<T: Data> DataStream<T> {
 /// The main output of a process operator whose records are `Tagged<O>`: a chained step
 /// that keeps them, which takes the operator's name and parallelism and hands `.name`,
 /// `.uid` and `.parallelism` on to it.
-fn main_of<O: Data>(tagged: DataStream<Tagged<O>>) -> DataStream<O> {
+pub(crate) fn main_of<O: Data>(tagged: DataStream<Tagged<O>>) -> DataStream<O> {
     let main: DataStream<O> = tagged.clone().transform("process.main", |_| Ok(MainOutput::<O>(PhantomData)));
     tagged.graph.borrow_mut().follow(tagged.node, main.node, ".main");
     main.owned_by(tagged.node)

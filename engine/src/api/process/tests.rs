@@ -469,3 +469,102 @@ fn state_names_of_the_engine_and_invalid_ones_fail_at_first_use_naming_them() {
         assert!(err.contains(&format!("state name `{name}`")), "{err}");
     }
 }
+
+// ---- broadcast state ---------------------------------------------------------------------
+
+/// Keeps the latest control value; a keyed element reads it.
+#[derive(Clone)]
+struct Latest(BroadcastStateDescriptor<String, i64>);
+
+impl KeyedBroadcastProcessFunction<u8, u8, i64, (u8, Option<i64>)> for Latest {
+    fn process_element(
+        &mut self,
+        k: u8,
+        ctx: &mut KeyedContext<'_, u8>,
+        out: &mut Output<'_, (u8, Option<i64>)>,
+    ) -> Result<()> {
+        let limit = ctx.broadcast_state(&self.0)?.get(&"limit".to_string())?;
+        out.collect((k, limit));
+        Ok(())
+    }
+
+    fn process_broadcast_element(
+        &mut self,
+        v: i64,
+        ctx: &mut BroadcastContext<'_>,
+        _out: &mut Output<'_, (u8, Option<i64>)>,
+    ) -> Result<()> {
+        ctx.state(&self.0).put(&"limit".to_string(), &v)
+    }
+}
+
+#[test]
+fn broadcast_state_is_checkpointed_once_and_every_subtask_restores_it_at_any_parallelism() {
+    use super::broadcast::KeyedBroadcastOperator;
+    let op = || {
+        OperatorHarness::new(KeyedBroadcastOperator::new(
+            Latest(BroadcastStateDescriptor::new("limits")),
+            Arc::new(|k: &u8| *k),
+        ))
+        .unwrap()
+    };
+    // Two subtasks of a parallelism-2 run, each given the control elements.
+    let mut snapshots = Vec::new();
+    for subtask in 0..2u32 {
+        let mut h = op();
+        let range = crate::keygroup::key_group_range(subtask, 128, 2);
+        let snap = {
+            h.restore_as(Vec::new(), subtask, 2).unwrap();
+            h.process(vec![Record::new(0, TwoInputs::Second(10)), Record::new(1, TwoInputs::Second(42))])
+                .unwrap();
+            assert!(range.start < range.end);
+            h.snapshot(1).unwrap()
+        };
+        assert_eq!(
+            snap.operator_state.is_some(),
+            subtask == 0,
+            "only subtask 0 snapshots the broadcast state"
+        );
+        snapshots.push(snap);
+    }
+    // Restored at parallelism 3: every subtask reads the limit.
+    for subtask in 0..3u32 {
+        let mut h = op();
+        h.restore_as(snapshots.clone(), subtask, 3).unwrap();
+        let keys: Vec<u8> = (0..=255u8)
+            .filter(|k| {
+                crate::keygroup::key_group_range(subtask, 128, 3)
+                    .contains(&crate::keygroup::key_group_of(k, 128))
+            })
+            .take(3)
+            .collect();
+        h.process(keys.iter().map(|k| Record::new(5, TwoInputs::First(*k))).collect()).unwrap();
+        assert_eq!(
+            main_values(h.take()),
+            keys.iter().map(|k| (*k, Some(42))).collect::<Vec<_>>(),
+            "subtask {subtask} of 3"
+        );
+    }
+}
+
+#[test]
+fn broadcast_state_outside_a_broadcast_connection_is_an_error_naming_it() {
+    #[derive(Clone)]
+    struct Reads(BroadcastStateDescriptor<u8, u8>);
+    impl KeyedProcessFunction<u8, u8, u8> for Reads {
+        fn process_element(
+            &mut self,
+            _: u8,
+            ctx: &mut KeyedContext<'_, u8>,
+            _: &mut Output<'_, u8>,
+        ) -> Result<()> {
+            ctx.broadcast_state(&self.0).map(|_| ())
+        }
+    }
+    let mut h = harness(Reads(BroadcastStateDescriptor::new("rules")), |k: &u8| *k);
+    let err = h.process(vec![Record::new(0, 1)]).unwrap_err().to_string();
+    assert!(
+        err.contains("broadcast state `rules`") && err.contains("not connected to a broadcast stream"),
+        "{err}"
+    );
+}

@@ -1,0 +1,192 @@
+//! What every keyed process operator shares: the current key's context for an element,
+//! timer firing, the TTL cleanup, and the state browser's decoding.
+
+use super::broadcast::BroadcastState;
+use super::context::{KeyedContext, Output};
+use super::side_output::{SideRecords, Tagged};
+use super::state::{Clocks, StateRegistry, TtlCleanup};
+use super::timers::{TimeDomain, Timers, EVENT_TIMERS, PROCESSING_TIMERS};
+use crate::keygroup::key_group_of;
+use crate::operator::OperatorContext;
+use crate::runtime::processing_clock::now_ms;
+use crate::types::{Batch, Key, Timestamp};
+use crate::{Error, Result};
+use caudal_checkpoints::KeyedStateBackend;
+
+/// Entries the TTL cleanup reads at a barrier, and every second.
+const CLEANUP_AT_BARRIER: usize = 4096;
+const CLEANUP_PER_SECOND: usize = 1024;
+
+fn key_codec_error(e: impl std::fmt::Display) -> Error {
+    Error::Operator(format!("process function key: {e}"))
+}
+
+/// A keyed process subtask's timers, known states and side records.
+#[derive(Default)]
+pub(crate) struct KeyedCore {
+    timers: Timers,
+    registry: StateRegistry,
+    cleanup: TtlCleanup,
+    next_cleanup: Timestamp,
+    side: SideRecords,
+    key_bytes: Vec<u8>,
+}
+
+/// The times an element or timer is handled at.
+#[derive(Clone, Copy)]
+pub(crate) struct Now {
+    pub(crate) watermark: Timestamp,
+    pub(crate) processing: Timestamp,
+}
+
+impl Now {
+    pub(crate) fn of(ctx: &OperatorContext) -> Self {
+        Now { watermark: ctx.watermark, processing: now_ms() }
+    }
+}
+
+impl KeyedCore {
+    /// Calls `call` with the context of `key` for an element at `ts`; its side records go
+    /// into `out` after it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn element<K: Key, O>(
+        &mut self,
+        backend: &mut dyn KeyedStateBackend,
+        key: &K,
+        ts: Timestamp,
+        now: Now,
+        max_parallelism: u32,
+        broadcast: Option<&BroadcastState>,
+        out: &mut Batch<Tagged<O>>,
+        call: impl FnOnce(&mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
+    ) -> Result<()> {
+        let key_group = key_group_of(key, max_parallelism);
+        self.key_bytes.clear();
+        bincode::serde::encode_into_std_write(key, &mut self.key_bytes, bincode::config::standard())
+            .map_err(key_codec_error)?;
+        let mut kctx = KeyedContext {
+            key,
+            key_bytes: &self.key_bytes,
+            key_group,
+            timestamp: ts,
+            watermark: now.watermark,
+            processing_time: now.processing,
+            firing: None,
+            backend,
+            timers: &mut self.timers,
+            registry: &mut self.registry,
+            side: &mut self.side,
+            broadcast,
+        };
+        call(&mut kctx, &mut Output { out: &mut *out, ts })?;
+        self.side.drain_into(out);
+        Ok(())
+    }
+
+    /// Fires the timers of `domain` due by `due`, in time order (those registered while
+    /// firing included), each with `call`.
+    pub(crate) fn fire<K: Key, O>(
+        &mut self,
+        domain: TimeDomain,
+        due: Timestamp,
+        ctx: &mut OperatorContext,
+        broadcast: Option<&BroadcastState>,
+        out: &mut Batch<Tagged<O>>,
+        mut call: impl FnMut(Timestamp, &mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
+    ) -> Result<()> {
+        if self.timers.of(domain).next().is_none_or(|t| t > due) {
+            return Ok(());
+        }
+        let now = Now::of(ctx);
+        let mut guard = ctx.keyed_state()?;
+        let backend: &mut dyn KeyedStateBackend = &mut *guard;
+        while let Some((ts, key_group, key_bytes)) = self.timers.of(domain).pop_due(backend, due)? {
+            let (key, _): (K, usize) =
+                bincode::serde::decode_from_slice(&key_bytes, bincode::config::standard())
+                    .map_err(key_codec_error)?;
+            let mut kctx = KeyedContext {
+                key: &key,
+                key_bytes: &key_bytes,
+                key_group,
+                timestamp: ts,
+                watermark: now.watermark,
+                processing_time: now.processing,
+                firing: Some(domain),
+                backend: &mut *backend,
+                timers: &mut self.timers,
+                registry: &mut self.registry,
+                side: &mut self.side,
+                broadcast,
+            };
+            call(ts, &mut kctx, &mut Output { out: &mut *out, ts })?;
+            self.side.drain_into(out);
+        }
+        Ok(())
+    }
+
+    fn clean_expired(&mut self, ctx: &mut OperatorContext, budget: usize) -> Result<()> {
+        if !self.registry.has_ttl() {
+            return Ok(());
+        }
+        let clocks = Clocks { event_write: ctx.watermark, watermark: ctx.watermark, processing: now_ms() };
+        let mut guard = ctx.keyed_state()?;
+        self.cleanup.run(&mut *guard, &self.registry, clocks, budget)
+    }
+
+    /// The TTL cleanup's turn at a barrier (state and timers are in the backend already).
+    pub(crate) fn at_barrier(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.clean_expired(ctx, CLEANUP_AT_BARRIER)
+    }
+
+    /// Processing time reached `now`: the TTL cleanup's turn, once a second.
+    pub(crate) fn processing_time(&mut self, now: Timestamp, ctx: &mut OperatorContext) -> Result<()> {
+        if now >= self.next_cleanup {
+            self.next_cleanup = now + 1000;
+            self.clean_expired(ctx, CLEANUP_PER_SECOND)?;
+        }
+        Ok(())
+    }
+
+    /// The next processing time the operator wants: a timer, or the cleanup's turn.
+    pub(crate) fn next_processing_time(&self) -> Option<Timestamp> {
+        let cleanup = self.registry.has_ttl().then_some(self.next_cleanup);
+        match (self.timers.processing.next(), cleanup) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The backend was restored: rebuild the timer queues.
+    pub(crate) fn restore(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        let guard = ctx.keyed_state()?;
+        self.timers.rebuild(&*guard)
+    }
+
+    /// The state browser: a key given as JSON, its key group and encoding.
+    pub(crate) fn key_from_json<K: Key>(
+        key: &serde_json::Value,
+        max_parallelism: u32,
+    ) -> Result<(u16, Vec<u8>)> {
+        let typed: K = serde_json::from_value(key.clone()).map_err(|e| {
+            Error::Operator(format!("{key} is not a key of type {}: {e}", std::any::type_name::<K>()))
+        })?;
+        let encoded =
+            bincode::serde::encode_to_vec(&typed, bincode::config::standard()).map_err(key_codec_error)?;
+        Ok((key_group_of(&typed, max_parallelism), encoded))
+    }
+
+    /// The state browser: a stored key as JSON.
+    pub(crate) fn key_to_json<K: Key>(key: &[u8]) -> Option<serde_json::Value> {
+        let (k, _): (K, usize) = bincode::serde::decode_from_slice(key, bincode::config::standard()).ok()?;
+        serde_json::to_value(k).ok()
+    }
+
+    /// The state browser: a stored value as JSON (timers by kind, states the subtask used).
+    pub(crate) fn value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
+        match state {
+            EVENT_TIMERS => Some(serde_json::json!({ "timer": "event time" })),
+            PROCESSING_TIMERS => Some(serde_json::json!({ "timer": "processing time" })),
+            name => self.registry.to_json(name, value),
+        }
+    }
+}
