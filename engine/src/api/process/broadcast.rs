@@ -30,10 +30,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// A named map of broadcast state (Flink's `MapStateDescriptor` used for broadcast state).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct BroadcastStateDescriptor<UK, V> {
     name: String,
     _t: PhantomData<fn() -> (UK, V)>,
+}
+
+impl<UK, V> Clone for BroadcastStateDescriptor<UK, V> {
+    fn clone(&self) -> Self {
+        BroadcastStateDescriptor { name: self.name.clone(), _t: PhantomData }
+    }
 }
 
 impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> BroadcastStateDescriptor<UK, V> {

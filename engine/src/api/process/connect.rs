@@ -82,7 +82,7 @@ impl<A, B, O, F: CoProcessFunction<A, B, O>> ProcessFunction<TwoInputs<A, B>, O>
 }
 
 #[derive(Clone)]
-struct KeyedCo<F>(F);
+pub(crate) struct KeyedCo<F>(pub(crate) F);
 
 impl<K, A, B, O, F: KeyedCoProcessFunction<K, A, B, O>> KeyedProcessFunction<K, TwoInputs<A, B>, O>
     for KeyedCo<F>

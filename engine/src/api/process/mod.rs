@@ -48,6 +48,7 @@ mod broadcast;
 mod connect;
 mod context;
 mod function;
+mod interval_join;
 mod keyed_core;
 mod operator;
 mod side_output;
@@ -65,6 +66,7 @@ pub use connect::{
 };
 pub use context::{Context, KeyedContext, Output};
 pub use function::{KeyedProcessFunction, ProcessFunction};
+pub use interval_join::{IntervalJoin, IntervalJoinBetween};
 pub use side_output::{OutputTag, Tagged};
 pub use state::{
     AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MapHandle,

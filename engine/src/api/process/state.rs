@@ -160,10 +160,16 @@ macro_rules! descriptor_common {
 }
 
 /// One value per key.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ValueStateDescriptor<V> {
     d: Descriptor,
     _v: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for ValueStateDescriptor<V> {
+    fn clone(&self) -> Self {
+        ValueStateDescriptor { d: self.d.clone(), _v: PhantomData }
+    }
 }
 
 impl<V: Serialize + DeserializeOwned> ValueStateDescriptor<V> {
@@ -175,10 +181,16 @@ impl<V: Serialize + DeserializeOwned> ValueStateDescriptor<V> {
 }
 
 /// A list per key; `add` appends without reading.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ListStateDescriptor<V> {
     d: Descriptor,
     _v: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for ListStateDescriptor<V> {
+    fn clone(&self) -> Self {
+        ListStateDescriptor { d: self.d.clone(), _v: PhantomData }
+    }
 }
 
 impl<V: Serialize + DeserializeOwned> ListStateDescriptor<V> {
@@ -190,10 +202,16 @@ impl<V: Serialize + DeserializeOwned> ListStateDescriptor<V> {
 }
 
 /// A map per key; every entry is its own backend entry.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MapStateDescriptor<UK, V> {
     d: Descriptor,
     _v: PhantomData<fn() -> (UK, V)>,
+}
+
+impl<UK, V> Clone for MapStateDescriptor<UK, V> {
+    fn clone(&self) -> Self {
+        MapStateDescriptor { d: self.d.clone(), _v: PhantomData }
+    }
 }
 
 impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapStateDescriptor<UK, V> {
