@@ -48,8 +48,8 @@ pub mod types;
 pub mod web;
 
 pub use api::env::StreamEnv;
-pub use api::process;
 pub use api::stream::{DataStream, DataStreamSink, KeyedStream};
+pub use api::{async_io, process};
 pub use config::{CheckpointConfig, JobConfig, RestoreFrom};
 pub use error::{Error, Result, TaskLocation};
 pub use graph::{uid_safe, EdgeKind, JobPlan, PlanEdge, PlanNode};

@@ -1,4 +1,5 @@
-//! The PostgreSQL sink: records upserted into a table, exactly once per checkpoint epoch.
+//! The PostgreSQL sink: records upserted into a table, exactly once per checkpoint epoch;
+//! and a lookup for `async_map` ([`lookup`]).
 //!
 //! **In:** records (structs of scalar fields). **Out:** rows of `schema.table`, one per
 //! key, the table created if absent with a column per field. **Invariant:** the rows of
@@ -18,6 +19,7 @@
 mod buffer;
 mod client;
 mod config;
+pub mod lookup;
 pub mod row;
 pub mod sink;
 mod txn;
@@ -26,5 +28,6 @@ mod txn;
 mod tests;
 
 pub use config::PostgresSinkConfig;
+pub use lookup::PostgresLookup;
 pub use sink::PostgresSink;
 pub use txn::EPOCHS_TABLE;

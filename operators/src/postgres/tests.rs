@@ -373,3 +373,48 @@ fn a_role_that_may_only_write_the_existing_tables_is_enough() {
     result.unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 2.0), (1, 2, 3.0)]);
 }
+
+/// `async_map` with the lookup: every reading enriched from the table (or `None` for a
+/// sensor without a row), one query per sensor with the cache.
+#[test]
+fn the_lookup_enriches_every_element_through_async_io_with_one_query_per_key() {
+    use super::PostgresLookup;
+    use caudal::async_io::AsyncOptions;
+    let Some(db) = Db::open("lookup") else { return };
+    let s = &db.schema;
+    db.rt
+        .block_on(db.client.batch_execute(&format!(
+            "CREATE SCHEMA \"{s}\"; CREATE TABLE \"{s}\".sensors (sensor_id BIGINT PRIMARY KEY, site TEXT NOT NULL); \
+             INSERT INTO \"{s}\".sensors SELECT i, 'site-' || i FROM generate_series(0, 39) i;"
+        )))
+        .unwrap();
+    let lookup = PostgresLookup::new(
+        &db.url,
+        &format!("SELECT site FROM \"{s}\".sensors WHERE sensor_id = $1"),
+        |r: &Reading| r.sensor_id as i64,
+        |row: &tokio_postgres::Row| Ok(row.get::<_, String>(0)),
+    );
+    let counter = lookup.clone();
+    let env = caudal::StreamEnv::with_config(caudal::JobConfig { parallelism: 2, ..Default::default() });
+    let (sink, out) = caudal::testing::CollectSink::new();
+    let readings: Vec<Reading> =
+        (0..2_000).map(|i| Reading { sensor_id: i % 50, ts: i as i64, temp_c: 1.0 }).collect();
+    env.from_iter("readings", readings.clone())
+        .rebalance()
+        .async_map(lookup, AsyncOptions { capacity: 20, ..AsyncOptions::default() })
+        .sink("out", move |_| Ok(sink.clone()));
+    env.execute("lookup").unwrap();
+    let mut got: Vec<(u64, i64, Option<String>)> =
+        out.lock().iter().map(|(r, site)| (r.sensor_id, r.ts, site.clone())).collect();
+    got.sort();
+    let mut want: Vec<(u64, i64, Option<String>)> = readings
+        .iter()
+        .map(|r| (r.sensor_id, r.ts, (r.sensor_id < 40).then(|| format!("site-{}", r.sensor_id))))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    // A key is queried again only while its first answer is still on its way.
+    let queries = counter.queries();
+    assert!((50..=50 + 2 * 20).contains(&queries), "{queries} queries for 50 keys");
+    db.rt.block_on(db.client.batch_execute(&format!("DROP SCHEMA \"{s}\" CASCADE"))).unwrap();
+}

@@ -23,12 +23,14 @@
 
 mod assigner;
 mod function;
+mod join;
 mod operator;
 
 pub use assigner::{window_start, TimeWindow, WindowAssigner};
 pub use function::{
     AggregateEmitter, AggregateFunction, ProcessEmitter, ReduceEmitter, WindowEmitter, WindowResult,
 };
+pub use join::{JoinOn, JoinWhere, JoinWindowed, JoinedStreams, WindowJoinExt};
 pub use operator::{WindowOperator, WindowOutput};
 
 use caudal::{Data, DataStream, Key, KeyedStream};

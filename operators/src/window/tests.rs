@@ -426,3 +426,61 @@ proptest! {
         prop_assert_eq!(&feed(harness(tumbling(10), lateness).with_keyed_state(rocks)), &want);
     }
 }
+
+/// The window join by nested loops: pairs of equal key in the same tumbling window.
+fn nested_loop_window_join(left: &[(u8, i64)], right: &[(u8, i64)], size: i64) -> Vec<(u8, i64, i64)> {
+    let mut out = Vec::new();
+    for a in left {
+        for b in right {
+            if a.0 == b.0 && a.1.div_euclid(size) == b.1.div_euclid(size) {
+                out.push((a.0, a.1, b.1));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn window_join_job(left: Vec<(u8, i64)>, right: Vec<(u8, i64)>, size: i64) -> Vec<(u8, i64, i64)> {
+    use caudal::{JobConfig, StreamEnv, WatermarkStrategy};
+    let env = StreamEnv::with_config(JobConfig { parallelism: 2, batch_size: 16, ..JobConfig::default() });
+    let wm = || WatermarkStrategy::bounded_out_of_orderness(std::time::Duration::ZERO, |e: &(u8, i64)| e.1);
+    let (sink, out) = caudal::testing::CollectSink::new();
+    env.from_iter_with("left", left, wm())
+        .join(env.from_iter_with("right", right, wm()))
+        .where_(|a: &(u8, i64)| a.0)
+        .equal_to(|b: &(u8, i64)| b.0)
+        .window(WindowAssigner::tumbling(std::time::Duration::from_millis(size as u64)))
+        .uid("join")
+        .apply(|a: &(u8, i64), b: &(u8, i64)| (a.0, a.1, b.1))
+        .sink("pairs", move |_| Ok(sink.clone()));
+    env.execute("window-join").unwrap();
+    let mut got = out.lock().clone();
+    got.sort();
+    got
+}
+
+fn in_order(gaps: Vec<(u8, i64)>) -> Vec<(u8, i64)> {
+    let mut t = 0;
+    gaps.into_iter()
+        .map(|(k, gap)| {
+            t += gap;
+            (k, t)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    #[test]
+    fn the_window_join_equals_a_nested_loop_join(
+        left in prop::collection::vec((0u8..4, 0i64..15), 0..250),
+        right in prop::collection::vec((0u8..4, 0i64..15), 0..250),
+        size in 5i64..80,
+    ) {
+        let (left, right) = (in_order(left), in_order(right));
+        let want = nested_loop_window_join(&left, &right, size);
+        prop_assert_eq!(window_join_job(left, right, size), want);
+    }
+}
