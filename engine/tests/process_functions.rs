@@ -435,7 +435,7 @@ fn a_two_input_operators_watermark_is_the_minimum_of_both_inputs() {
     let all: Vec<i64> = fast.iter().chain(&slow).copied().collect();
     let env = StreamEnv::with_config(config(2));
     let wm = || WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |t: &i64| *t);
-    let slow_source = ThrottledIter { items: slow, every: Duration::from_millis(2) };
+    let slow_source = Throttled { items: slow, every: Duration::from_millis(2) };
     let (sink, out) = CollectSink::new();
     env.from_iter_with("fast", fast, wm())
         .connect(env.source("slow", slow_source, wm()).parallelism(1))
@@ -450,20 +450,20 @@ fn a_two_input_operators_watermark_is_the_minimum_of_both_inputs() {
 }
 
 /// Emits its items one every `every`, then ends.
-struct ThrottledIter {
-    items: Vec<i64>,
+struct Throttled<T> {
+    items: Vec<T>,
     every: Duration,
 }
 
-struct ThrottledReader {
-    items: std::vec::IntoIter<i64>,
+struct ThrottledReader<T> {
+    items: std::vec::IntoIter<T>,
     every: Duration,
     next: Instant,
 }
 
-impl Source for ThrottledIter {
-    type Out = i64;
-    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<i64>>> {
+impl<T: caudal::Data + Sync> Source for Throttled<T> {
+    type Out = T;
+    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<T>>> {
         Ok(Box::new(ThrottledReader {
             items: self.items.clone().into_iter(),
             every: self.every,
@@ -472,11 +472,11 @@ impl Source for ThrottledIter {
     }
 }
 
-impl SourceReader<i64> for ThrottledReader {
+impl<T: caudal::Data> SourceReader<T> for ThrottledReader<T> {
     fn splits(&self) -> usize {
         1
     }
-    fn poll(&mut self, out: &mut SourceOutput<'_, i64>) -> Result<SourcePoll> {
+    fn poll(&mut self, out: &mut SourceOutput<'_, T>) -> Result<SourcePoll> {
         let now = Instant::now();
         if now < self.next {
             return Ok(SourcePoll::Pending(self.next - now));
@@ -549,7 +549,7 @@ fn readings_are_judged_by_the_broadcast_limit_in_force_at_their_event_time_on_ev
     let limit_at = |ts: i64| limits.iter().rev().find(|l| l.0 <= ts).unwrap().1;
     let env = StreamEnv::with_config(config(3));
     let wm_r = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |r: &(u32, i64, f64)| r.1);
-    let control = ThrottledLimits { items: limits.clone(), every: Duration::from_millis(50) };
+    let control = Throttled { items: limits.clone(), every: Duration::from_millis(50) };
     let wm_c = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |l: &(i64, f64)| l.0);
     let (sink, out) = CollectSink::new();
     env.from_iter_with("readings", readings.clone(), wm_r)
@@ -567,126 +567,4 @@ fn readings_are_judged_by_the_broadcast_limit_in_force_at_their_event_time_on_ev
     let mut want: Vec<(u32, i64, bool)> = readings.iter().map(|r| (r.0, r.1, r.2 <= limit_at(r.1))).collect();
     want.sort_by_key(|j| (j.0, j.1));
     assert_eq!(got, want);
-}
-
-/// [`ThrottledIter`] of limits.
-struct ThrottledLimits {
-    items: Vec<(i64, f64)>,
-    every: Duration,
-}
-
-struct ThrottledLimitsReader {
-    items: std::vec::IntoIter<(i64, f64)>,
-    every: Duration,
-    next: Instant,
-}
-
-impl Source for ThrottledLimits {
-    type Out = (i64, f64);
-    fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<(i64, f64)>>> {
-        Ok(Box::new(ThrottledLimitsReader {
-            items: self.items.clone().into_iter(),
-            every: self.every,
-            next: Instant::now(),
-        }))
-    }
-}
-
-impl SourceReader<(i64, f64)> for ThrottledLimitsReader {
-    fn splits(&self) -> usize {
-        1
-    }
-    fn poll(&mut self, out: &mut SourceOutput<'_, (i64, f64)>) -> Result<SourcePoll> {
-        let now = Instant::now();
-        if now < self.next {
-            return Ok(SourcePoll::Pending(self.next - now));
-        }
-        match self.items.next() {
-            Some(v) => {
-                out.collect(0, v);
-                self.next = now + self.every;
-                Ok(SourcePoll::Ready)
-            }
-            None => Ok(SourcePoll::Finished),
-        }
-    }
-}
-
-// ---- interval join -----------------------------------------------------------------------
-
-/// The interval join by nested loops: every (a, b) of a key with a.ts + lower <= b.ts <= a.ts + upper.
-fn nested_loop_join(left: &[(u8, i64)], right: &[(u8, i64)], lower: i64, upper: i64) -> Vec<(u8, i64, i64)> {
-    let mut out = Vec::new();
-    for a in left {
-        for b in right {
-            if a.0 == b.0 && a.1 + lower <= b.1 && b.1 <= a.1 + upper {
-                out.push((a.0, a.1, b.1));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn interval_join_job(
-    left: Vec<(u8, i64)>,
-    right: Vec<(u8, i64)>,
-    lower: i64,
-    upper: i64,
-    parallelism: u32,
-) -> Vec<(u8, i64, i64)> {
-    let env = StreamEnv::with_config(config(parallelism));
-    let wm = || WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |e: &(u8, i64)| e.1);
-    let (sink, out) = CollectSink::new();
-    env.from_iter_with("left", left, wm())
-        .key_by(|e: &(u8, i64)| e.0)
-        .interval_join(env.from_iter_with("right", right, wm()).key_by(|e: &(u8, i64)| e.0))
-        .between_ms(lower, upper)
-        .process(|k: &u8, a: &(u8, i64), b: &(u8, i64)| (*k, a.1, b.1))
-        .uid("join")
-        .sink("pairs", move |_| Ok(sink.clone()));
-    env.execute("interval-join").unwrap();
-    let mut got = out.lock().clone();
-    got.sort();
-    got
-}
-
-/// In-order event times of random keys, `n` of them.
-fn side(keys: u8, gaps: Vec<(u8, i64)>) -> Vec<(u8, i64)> {
-    let mut t = 0;
-    gaps.into_iter()
-        .map(|(k, gap)| {
-            t += gap;
-            (k % keys, t)
-        })
-        .collect()
-}
-
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
-
-    #[test]
-    fn the_interval_join_equals_a_nested_loop_join(
-        left in proptest::collection::vec((0u8..4, 0i64..20), 0..300),
-        right in proptest::collection::vec((0u8..4, 0i64..20), 0..300),
-        lower in -40i64..20,
-        width in 0i64..60,
-    ) {
-        let (left, right) = (side(4, left), side(4, right));
-        let upper = lower + width;
-        let want = nested_loop_join(&left, &right, lower, upper);
-        proptest::prop_assert_eq!(interval_join_job(left, right, lower, upper, 2), want);
-    }
-}
-
-#[test]
-fn an_interval_join_cleans_its_state_as_the_watermark_passes() {
-    // Long inputs, narrow bounds: the joined pairs are right, and the job ends (the state
-    // would grow with the input otherwise; the backend's entries are checked by the unit
-    // tests of TTL and timers).
-    let left: Vec<(u8, i64)> = (0..5_000).map(|i| ((i % 3) as u8, i * 7)).collect();
-    let right: Vec<(u8, i64)> = (0..5_000).map(|i| ((i % 3) as u8, i * 7 + 3)).collect();
-    let want = nested_loop_join(&left, &right, -10, 10);
-    assert!(want.len() > 1_000);
-    assert_eq!(interval_join_job(left, right, -10, 10, 3), want);
 }

@@ -110,19 +110,10 @@ impl Target {
             "0",
             "--parallelism",
             "2",
-            // The outages and silence of common::base_args (BASE_MODEL): alerts too.
-            "--silence-secs",
-            "2",
-            "--outage",
-            "3:5:9",
-            "--outage",
-            "7:12:13",
-            "--outage",
-            "9:20:25.5",
-            "--outage",
-            "3:15:18",
         ]
         .iter()
+        // The outages and silence of common::BASE_MODEL: alerts too.
+        .chain(&common::ALERT_ARGS)
         .map(|s| s.to_string())
         .collect();
         for (flag, value) in &self.set {

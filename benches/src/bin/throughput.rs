@@ -7,13 +7,17 @@
 //! # window state on the heap vs in RocksDB, 100,000 sensors, a checkpoint every 5 s
 //! cargo run --release -p caudal-benches --bin throughput -- --pipeline temperature \
 //!     --sensors 100000 --state-backend heap,rocksdb --checkpoint-interval 5 --parallelism 1
+//! # keyed process functions: ValueState read-modify-write, a timer per record, the alert job
+//! cargo run --release -p caudal-benches --bin throughput -- --pipeline count,timers,alerts \
+//!     --sensors 10000 --state-backend heap,rocksdb --parallelism 1
 //! ```
 
 use anyhow::{bail, Context};
-use caudal::{JobConfig, StreamEnv};
+use caudal::process::{KeyedContext, KeyedProcessFunction, Output, ValueStateDescriptor};
+use caudal::{JobConfig, StreamEnv, WatermarkStrategy};
 use caudal_benches::cpu_seconds;
 use caudal_jobs::temperature::{is_plausible, to_celsius, SinkKind, SourceKind, TemperatureJob};
-use caudal_operators::generator::GeneratorConfig;
+use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::sinks::DiscardSink;
 use clap::{Parser, ValueEnum};
 use std::process::Command;
@@ -25,6 +29,56 @@ enum Pipeline {
     Temperature,
     /// pre-generated readings in memory → °C → filter → discard: the chained hot path.
     MapFilter,
+    /// generator → key_by → a keyed process function: a running count per key in
+    /// ValueState, read-modified-written per record (emits nothing).
+    Count,
+    /// generator → key_by → a keyed process function registering an event-time timer at
+    /// ts + 60 s per record; each firing emits one record (every timer fires).
+    Timers,
+    /// the temperature pipeline with silent-sensor alerts (30 s of silence).
+    Alerts,
+}
+
+/// A running count per key in ValueState (the `count` pipeline).
+#[derive(Clone)]
+struct Count(ValueStateDescriptor<u64>);
+
+impl KeyedProcessFunction<i64, SensorReading, u64> for Count {
+    fn process_element(
+        &mut self,
+        _: SensorReading,
+        ctx: &mut KeyedContext<'_, i64>,
+        _: &mut Output<'_, u64>,
+    ) -> caudal::Result<()> {
+        let mut count = ctx.value(&self.0);
+        let n = count.get()?.unwrap_or(0) + 1;
+        count.set(&n)
+    }
+}
+
+/// A timer per record (the `timers` pipeline).
+#[derive(Clone)]
+struct TimerPerRecord;
+
+impl KeyedProcessFunction<i64, SensorReading, u64> for TimerPerRecord {
+    fn process_element(
+        &mut self,
+        r: SensorReading,
+        ctx: &mut KeyedContext<'_, i64>,
+        _: &mut Output<'_, u64>,
+    ) -> caudal::Result<()> {
+        ctx.register_event_time_timer(r.ts + 60_000)
+    }
+
+    fn on_timer(
+        &mut self,
+        _: caudal::Timestamp,
+        _: &mut KeyedContext<'_, i64>,
+        out: &mut Output<'_, u64>,
+    ) -> caudal::Result<()> {
+        out.collect(1);
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,6 +160,28 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             silence: None,
         }
         .build(&env)?,
+        Pipeline::Alerts => TemperatureJob {
+            source: SourceKind::Generator(generator),
+            window: Duration::from_secs(60),
+            out_of_orderness: Duration::from_secs(1),
+            sink: SinkKind::Discard,
+            serve: Default::default(),
+            silence: Some(Duration::from_secs(30)),
+        }
+        .build(&env)?,
+        Pipeline::Count | Pipeline::Timers => {
+            let watermarks =
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), |r: &SensorReading| r.ts);
+            let keyed = env
+                .source("generator", generator.build()?, watermarks)
+                .key_by(|r: &SensorReading| r.sensor_id);
+            let out = if pipeline == Pipeline::Count {
+                keyed.process(Count(ValueStateDescriptor::new("count")))
+            } else {
+                keyed.process(TimerPerRecord)
+            };
+            out.sink("discard", |_| Ok(DiscardSink::default()));
+        }
         Pipeline::MapFilter => {
             let g = generator.build()?;
             let mut readings = Vec::with_capacity(records as usize);
@@ -169,7 +245,7 @@ fn main() -> anyhow::Result<()> {
     );
     let runs = args.pipeline.iter().flat_map(|&pl| {
         let backends =
-            if pl == Pipeline::Temperature { args.state_backend.clone() } else { vec![Backend::Heap] };
+            if pl == Pipeline::MapFilter { vec![Backend::Heap] } else { args.state_backend.clone() };
         args.parallelism.iter().flat_map(move |&p| backends.clone().into_iter().map(move |b| (pl, p, b)))
     });
     for (pipeline, p, backend) in runs {

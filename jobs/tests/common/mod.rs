@@ -10,55 +10,60 @@ pub mod s3;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
+/// The silence and outages of [`BASE_MODEL`]: three outages alert, sensor 7's is too short.
+pub const ALERT_ARGS: [&str; 10] = [
+    "--silence-secs",
+    "2",
+    "--outage",
+    "3:5:9",
+    "--outage",
+    "7:12:13",
+    "--outage",
+    "9:20:25.5",
+    "--outage",
+    "3:15:18",
+];
+
 /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
 /// windows of event time, checkpoints every 300 ms; four outages (sensor 7's too short to
 /// alert) and silent-sensor alerts after 2 s of event time.
 pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
-    [
-        "--silence-secs",
-        "2",
-        "--outage",
-        "3:5:9",
-        "--outage",
-        "7:12:13",
-        "--outage",
-        "9:20:25.5",
-        "--outage",
-        "3:15:18",
-        "--sensors",
-        "20",
-        "--records",
-        "6000",
-        "--rate",
-        "75",
-        "--event-interval-ms",
-        "100",
-        "--window-secs",
-        "1",
-        "--seed",
-        "11",
-        "--splits",
-        "6",
-        "--checkpoint-interval",
-        "0.3",
-        "--progress-secs",
-        "0",
-        "--no-ui",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        "--output".into(),
-        out.display().to_string(),
-        "--checkpoint-dir".into(),
-        ckpt.display().to_string(),
-        "--parallelism".into(),
-        parallelism.to_string(),
-        // In the test's temp dir: a SIGKILLed job's RocksDB files go with it.
-        "--state-dir".into(),
-        out.with_file_name("state").display().to_string(),
-    ])
-    .collect()
+    ALERT_ARGS
+        .iter()
+        .chain(&[
+            "--sensors",
+            "20",
+            "--records",
+            "6000",
+            "--rate",
+            "75",
+            "--event-interval-ms",
+            "100",
+            "--window-secs",
+            "1",
+            "--seed",
+            "11",
+            "--splits",
+            "6",
+            "--checkpoint-interval",
+            "0.3",
+            "--progress-secs",
+            "0",
+            "--no-ui",
+        ])
+        .map(|s| s.to_string())
+        .chain([
+            "--output".into(),
+            out.display().to_string(),
+            "--checkpoint-dir".into(),
+            ckpt.display().to_string(),
+            "--parallelism".into(),
+            parallelism.to_string(),
+            // In the test's temp dir: a SIGKILLed job's RocksDB files go with it.
+            "--state-dir".into(),
+            out.with_file_name("state").display().to_string(),
+        ])
+        .collect()
 }
 
 pub fn spawn(args: &[String], restore: bool, env: &[(&str, String)]) -> Child {

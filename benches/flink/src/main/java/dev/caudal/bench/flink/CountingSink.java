@@ -12,9 +12,11 @@ import org.apache.flink.api.connector.sink2.WriterInitContext;
 final class CountingSink<T> implements Sink<T> {
     static final int READINGS = 0;
     static final int WINDOWS = 1;
-    /** Source records, readings out, windows out. */
     static final int SOURCE = 2;
-    static final AtomicLongArray COUNTS = new AtomicLongArray(3);
+    /** The keyed process function's output: timers fired (timers), alerts (alerts). */
+    static final int OUTPUTS = 3;
+    /** Readings out, windows out, source records, process-function outputs. */
+    static final AtomicLongArray COUNTS = new AtomicLongArray(4);
 
     private final int counter;
 

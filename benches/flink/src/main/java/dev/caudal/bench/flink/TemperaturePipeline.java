@@ -25,15 +25,31 @@ final class TemperaturePipeline {
 
     /** Adds the pipeline to {@code env}. */
     static void build(StreamExecutionEnvironment env, SensorModel model) {
+        windowsAndSinks(celsius(env, model));
+    }
+
+    /**
+     * The generator's readings with the job's watermarks: bounded out-of-orderness of 1 s on
+     * the reading's ts per source split, idleness 30 s (also the input of the count, timers
+     * and alerts pipelines).
+     */
+    static DataStream<SensorReading> readings(StreamExecutionEnvironment env, SensorModel model) {
         WatermarkStrategy<SensorReading> watermarks = WatermarkStrategy
                 .<SensorReading>forBoundedOutOfOrderness(Duration.ofSeconds(1))
                 .withTimestampAssigner((r, previous) -> r.ts)
                 .withIdleness(Duration.ofSeconds(30));
-        DataStream<ProcessedReading> readings = env
-                .fromSource(new GeneratorSource(model), watermarks, "sensor-generator",
-                        TypeInformation.of(SensorReading.class))
-                .map(new ToCelsius()).name("to-celsius")
-                .filter(new IsPlausible()).name("anomaly-filter");
+        return env.fromSource(new GeneratorSource(model), watermarks, "sensor-generator",
+                TypeInformation.of(SensorReading.class));
+    }
+
+    /** The generator's readings converted to °C (before the anomaly filter). */
+    static DataStream<ProcessedReading> celsius(StreamExecutionEnvironment env, SensorModel model) {
+        return readings(env, model).map(new ToCelsius()).name("to-celsius");
+    }
+
+    /** anomaly filter → windows → sinks, and the filtered readings → their sink. */
+    static void windowsAndSinks(DataStream<ProcessedReading> celsius) {
+        DataStream<ProcessedReading> readings = celsius.filter(new IsPlausible()).name("anomaly-filter");
         DataStream<WindowStats> windows = readings
                 .keyBy(new BySensor())
                 .window(TumblingEventTimeWindows.of(Duration.ofMinutes(1)))
