@@ -37,6 +37,8 @@ pub struct HeapStateBackend {
     range: KeyGroupRange,
     /// Per key group of `range`, shared with snapshots being uploaded (copy on write).
     groups: Vec<Arc<Group>>,
+    /// Where a looked-up key is encoded (no allocation per lookup).
+    scratch: std::cell::RefCell<Vec<u8>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -50,7 +52,11 @@ struct HeapSnapshotFile {
 impl HeapStateBackend {
     /// An empty backend for `range`.
     pub fn new(range: KeyGroupRange) -> Self {
-        HeapStateBackend { range, groups: (0..range.len()).map(|_| Arc::default()).collect() }
+        HeapStateBackend {
+            range,
+            groups: (0..range.len()).map(|_| Arc::default()).collect(),
+            scratch: Default::default(),
+        }
     }
 
     /// A backend for `range` holding the entries of `range` found in `handles` (heap or
@@ -163,18 +169,37 @@ impl KeyedStateBackend for HeapStateBackend {
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
         let g = self.group(key.key_group)?;
-        Ok(g.get(&key.encode()?).cloned())
+        let mut k = self.scratch.borrow_mut();
+        k.clear();
+        key.encode_into(&mut k)?;
+        Ok(g.get(k.as_slice()).cloned())
     }
 
+    /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
-        let k = key.encode()?;
-        self.group_mut(key.key_group)?.insert(k, value.to_vec());
+        let mut k = std::mem::take(self.scratch.get_mut());
+        k.clear();
+        key.encode_into(&mut k)?;
+        let g = self.group_mut(key.key_group)?;
+        match g.get_mut(k.as_slice()) {
+            Some(v) => {
+                v.clear();
+                v.extend_from_slice(value);
+            }
+            None => {
+                g.insert(k.clone(), value.to_vec());
+            }
+        }
+        *self.scratch.get_mut() = k;
         Ok(())
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
-        let k = key.encode()?;
-        self.group_mut(key.key_group)?.remove(&k);
+        let mut k = std::mem::take(self.scratch.get_mut());
+        k.clear();
+        key.encode_into(&mut k)?;
+        self.group_mut(key.key_group)?.remove(k.as_slice());
+        *self.scratch.get_mut() = k;
         Ok(())
     }
 

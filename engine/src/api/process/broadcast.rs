@@ -433,4 +433,9 @@ impl<K: Key, I: Data, C: Data, O: Data, F: KeyedBroadcastProcessFunction<K, I, C
     fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
         self.core.value_to_json(state, value)
     }
+
+    /// The timers registered since the last barrier are written through first.
+    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.core.write_through(ctx)
+    }
 }

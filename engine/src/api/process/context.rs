@@ -110,22 +110,26 @@ impl<K> KeyedContext<'_, K> {
     /// Fires `on_timer` for this key once the watermark reaches `ts` (one timer per key and
     /// time: registering it again does nothing). Checkpointed with the key's state.
     pub fn register_event_time_timer(&mut self, ts: Timestamp) -> Result<()> {
-        self.timers.event.register(self.backend, ts, self.key_group, self.key_bytes)
+        self.timers.event.register(ts, self.key_group, self.key_bytes);
+        Ok(())
     }
 
     /// Deletes this key's event-time timer at `ts`, if any.
     pub fn delete_event_time_timer(&mut self, ts: Timestamp) -> Result<()> {
-        self.timers.event.delete(self.backend, ts, self.key_group, self.key_bytes)
+        self.timers.event.delete(ts, self.key_group, self.key_bytes);
+        Ok(())
     }
 
     /// Fires `on_timer` for this key once the wall clock reaches `ts` (ms since the epoch).
     pub fn register_processing_time_timer(&mut self, ts: Timestamp) -> Result<()> {
-        self.timers.processing.register(self.backend, ts, self.key_group, self.key_bytes)
+        self.timers.processing.register(ts, self.key_group, self.key_bytes);
+        Ok(())
     }
 
     /// Deletes this key's processing-time timer at `ts`, if any.
     pub fn delete_processing_time_timer(&mut self, ts: Timestamp) -> Result<()> {
-        self.timers.processing.delete(self.backend, ts, self.key_group, self.key_bytes)
+        self.timers.processing.delete(ts, self.key_group, self.key_bytes);
+        Ok(())
     }
 
     fn scope(&mut self) -> Scope<'_> {

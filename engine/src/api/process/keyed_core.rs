@@ -100,7 +100,7 @@ impl KeyedCore {
         let now = Now::of(ctx);
         let mut guard = ctx.keyed_state()?;
         let backend: &mut dyn KeyedStateBackend = &mut *guard;
-        while let Some((ts, key_group, key_bytes)) = self.timers.of(domain).pop_due(backend, due)? {
+        while let Some((ts, key_group, key_bytes)) = self.timers.of(domain).pop_due(due) {
             let (key, _): (K, usize) =
                 bincode::serde::decode_from_slice(&key_bytes, bincode::config::standard())
                     .map_err(key_codec_error)?;
@@ -133,9 +133,18 @@ impl KeyedCore {
         self.cleanup.run(&mut *guard, &self.registry, clocks, budget)
     }
 
-    /// The TTL cleanup's turn at a barrier (state and timers are in the backend already).
+    /// At a barrier: the timers' changes written through (the state is in the backend
+    /// already), and the TTL cleanup's turn.
     pub(crate) fn at_barrier(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.write_through(ctx)?;
         self.clean_expired(ctx, CLEANUP_AT_BARRIER)
+    }
+
+    /// Writes the timers' changes through to the backend (before a snapshot or a state
+    /// browser's listing).
+    pub(crate) fn write_through(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        let mut guard = ctx.keyed_state()?;
+        self.timers.write_through(&mut *guard)
     }
 
     /// Processing time reached `now`: the TTL cleanup's turn, once a second.
