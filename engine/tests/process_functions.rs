@@ -408,10 +408,9 @@ impl KeyedCoProcessFunction<u8, i64, i64, (i64, usize, usize)> for SeenBy {
         &mut self,
         ts: i64,
         ctx: &mut KeyedContext<'_, u8>,
-        _: &mut Output<'_, (i64, usize, usize)>,
+        out: &mut Output<'_, (i64, usize, usize)>,
     ) -> Result<()> {
-        ctx.list(&self.seen).add(&ts)?;
-        ctx.register_event_time_timer(ts)
+        self.process_element1(ts, ctx, out) // both sides alike
     }
 
     fn on_timer(

@@ -10,7 +10,7 @@
 
 use super::connect::TwoInputs;
 use super::context::{KeyedContext, Output};
-use super::keyed_core::{KeyedCore, Now};
+use super::keyed_core::{HasKeyedCore, KeyedCore, Now};
 use super::main_of;
 use super::side_output::{OutputTag, SideRecords, Tagged};
 use super::timers::TimeDomain;
@@ -415,27 +415,14 @@ impl<K: Key, I: Data, C: Data, O: Data, F: KeyedBroadcastProcessFunction<K, I, C
     }
 }
 
-impl<K: Key, I: Data, C: Data, O: Data, F: KeyedBroadcastProcessFunction<K, I, C, O>> StateBrowse
+impl<K: Key, I: Data, C: Data, O: Data, F: KeyedBroadcastProcessFunction<K, I, C, O>> HasKeyedCore
     for KeyedBroadcastOperator<K, I, C, O, F>
 {
-    fn state_key_from_json(
-        &self,
-        key: &serde_json::Value,
-        ctx: &OperatorContext,
-    ) -> Option<Result<(u16, Vec<u8>)>> {
-        Some(KeyedCore::key_from_json::<K>(key, ctx.max_parallelism))
+    type Key = K;
+    fn core_mut(&mut self) -> &mut KeyedCore {
+        &mut self.core
     }
-
-    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
-        KeyedCore::key_to_json::<K>(key)
-    }
-
-    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
-        self.core.value_to_json(state, value)
-    }
-
-    /// The timers registered since the last barrier are written through first.
-    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
-        self.core.write_through(ctx)
+    fn core(&self) -> &KeyedCore {
+        &self.core
     }
 }

@@ -7,7 +7,7 @@ use super::side_output::{SideRecords, Tagged};
 use super::state::{Clocks, StateRegistry, TtlCleanup};
 use super::timers::{TimeDomain, Timers, EVENT_TIMERS, PROCESSING_TIMERS};
 use crate::keygroup::key_group_of;
-use crate::operator::OperatorContext;
+use crate::operator::{OperatorContext, StateBrowse};
 use crate::runtime::processing_clock::now_ms;
 use crate::types::{Batch, Key, Timestamp};
 use crate::{Error, Result};
@@ -197,5 +197,37 @@ impl KeyedCore {
             PROCESSING_TIMERS => Some(serde_json::json!({ "timer": "processing time" })),
             name => self.registry.to_json(name, value),
         }
+    }
+}
+
+/// A keyed process operator: the state browser's hooks come from its core.
+pub(crate) trait HasKeyedCore {
+    /// The function's key type.
+    type Key: Key;
+    fn core(&self) -> &KeyedCore;
+    fn core_mut(&mut self) -> &mut KeyedCore;
+}
+
+/// Keys decoded as the function's key type, values of every state the subtask has used as
+/// JSON (with their TTL), timers by kind; a listing first writes the timers through.
+impl<T: HasKeyedCore> StateBrowse for T {
+    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.core_mut().write_through(ctx)
+    }
+
+    fn state_key_from_json(
+        &self,
+        key: &serde_json::Value,
+        ctx: &OperatorContext,
+    ) -> Option<Result<(u16, Vec<u8>)>> {
+        Some(KeyedCore::key_from_json::<T::Key>(key, ctx.max_parallelism))
+    }
+
+    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
+        KeyedCore::key_to_json::<T::Key>(key)
+    }
+
+    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
+        self.core().value_to_json(state, value)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::context::{Context, Output};
 use super::function::{KeyedProcessFunction, ProcessFunction};
-use super::keyed_core::{KeyedCore, Now};
+use super::keyed_core::{HasKeyedCore, KeyedCore, Now};
 use super::side_output::{SideRecords, Tagged};
 use super::timers::TimeDomain;
 use crate::operator::{Operator, OperatorContext, StateBrowse};
@@ -103,31 +103,15 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Operator
     }
 }
 
-/// The state browser's hooks: keys decoded as the function's key type, values of every
-/// state the subtask has used as JSON (with their TTL), timers by kind. Everything is in the
-/// backend already: nothing to write through.
-impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> StateBrowse
+impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> HasKeyedCore
     for KeyedProcessOperator<K, I, O, F>
 {
-    fn state_key_from_json(
-        &self,
-        key: &serde_json::Value,
-        ctx: &OperatorContext,
-    ) -> Option<Result<(u16, Vec<u8>)>> {
-        Some(KeyedCore::key_from_json::<K>(key, ctx.max_parallelism))
+    type Key = K;
+    fn core_mut(&mut self) -> &mut KeyedCore {
+        &mut self.core
     }
-
-    fn state_key_to_json(&self, key: &[u8]) -> Option<serde_json::Value> {
-        KeyedCore::key_to_json::<K>(key)
-    }
-
-    fn state_value_to_json(&self, state: &str, value: &[u8]) -> Option<serde_json::Value> {
-        self.core.value_to_json(state, value)
-    }
-
-    /// The timers registered since the last barrier are written through first.
-    fn prepare_state_read(&mut self, ctx: &mut OperatorContext) -> Result<()> {
-        self.core.write_through(ctx)
+    fn core(&self) -> &KeyedCore {
+        &self.core
     }
 }
 
