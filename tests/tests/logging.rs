@@ -29,8 +29,9 @@ fn lines_carry_their_level_and_rust_log_filters_them() {
     let line = logs.lines().find(|l| l.contains("caudal jobmanager: REST API and web UI at")).unwrap();
     assert!(line.contains(" INFO "), "no level on the line: {line}");
     c.kill_taskmanager("tm-1");
-    let logs = wait_for_log(&c, "task manager tm-1");
-    let lost = logs.lines().find(|l| l.contains("task manager tm-1") && l.contains("lost")).unwrap();
+    // Its registration line names it too: wait for the line that says it is lost.
+    let logs = wait_for_log(&c, ") lost: ");
+    let lost = logs.lines().find(|l| l.contains("task manager tm-1") && l.contains(") lost: ")).unwrap();
     assert!(lost.contains(" WARN "), "a lost task manager is a warning: {lost}");
     drop(c);
 
