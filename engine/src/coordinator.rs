@@ -504,14 +504,18 @@ impl Coordinator {
         let id = match (self.final_checkpoint, self.last_completed) {
             (Some(f), Some(done)) if done >= f => done,
             _ => {
-                return Err(Error::Operator(format!(
+                return Err(Error::CheckpointsFailed(format!(
                 "savepoint `{name}`: the final checkpoint of the stop did not complete (last completed: {})",
                 self.last_completed.map_or_else(|| "none".into(), |c| c.label())
             )))
             }
         };
-        caudal_checkpoints::create_savepoint(self.store.as_ref(), &self.paths, id, name, &self.job)
-            .map_err(|e| Error::Operator(format!("savepoint `{name}` of {}: {e}", id.label())))?;
+        caudal_checkpoints::create_savepoint(self.store.as_ref(), &self.paths, id, name, &self.job).map_err(
+            |e| Error::CheckpointStorage {
+                context: format!("savepoint `{name}` of {}", id.label()),
+                source: Box::new(e),
+            },
+        )?;
         let dir = self.paths.savepoint_dir(name).map_err(state_err)?;
         tracing::info!("caudal: savepoint of {} written to {}/{dir}", id.label(), self.store.location());
         Ok(format!("savepoints/{name}"))

@@ -62,9 +62,40 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// Any other operator error, with its message.
+    /// A user function or operator failed for another reason; restartable.
     #[error("{0}")]
     Operator(String),
+    /// A system outside the engine (Kafka, PostgreSQL, Redis, object storage, the schema
+    /// registry, a lookup service) failed or refused. Retryable when the system may
+    /// recover (unreachable, timed out, a transaction fenced), not when it refused the
+    /// request itself (a constraint, a rejected schema).
+    #[error("{message}")]
+    External {
+        /// The system: `kafka`, `postgresql`, `redis`, `object storage`, `schema registry`, …
+        system: &'static str,
+        /// What failed, with the system's answer.
+        message: String,
+        /// Whether a restart may help.
+        retryable: bool,
+    },
+    /// State the engine wrote itself (a checkpointed position, a sink's pre-commit state,
+    /// an operator's keyed or operator state) does not read back: a restart would restore
+    /// the same bytes, so it is not retried.
+    #[error("{0}")]
+    CorruptState(String),
+    /// A record cannot be written the way its sink needs it (it does not fit the schema,
+    /// it cannot be serialized): replaying it would fail the same way, so it is not
+    /// retried; the checkpoint before it keeps the input.
+    #[error("{0}")]
+    BadRecord(String),
+    /// Output of a completed checkpoint can no longer be committed (a transaction that
+    /// expired, a pre-committed file that vanished): those records are lost. Not retried;
+    /// the message says what to check.
+    #[error("{0}")]
+    OutputLost(String),
+    /// The engine broke one of its own invariants: a bug, reported rather than retried.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Cluster mode: the job manager, a task manager or an executor refused or failed
     /// (bad binary, too few slots, unreachable job manager, lost connection).
     #[error("{0}")]
@@ -102,11 +133,34 @@ impl Error {
         Error::Config { setting: setting.into(), message: message.into() }
     }
 
+    /// An external system's failure that a restart may fix.
+    pub fn external(system: &'static str, message: impl Into<String>) -> Self {
+        Error::External { system, message: message.into(), retryable: true }
+    }
+
+    /// An external system's refusal that a restart would meet again.
+    pub fn external_refused(system: &'static str, message: impl Into<String>) -> Self {
+        Error::External { system, message: message.into(), retryable: false }
+    }
+
     /// True when a restart may help (external failures, task failures).
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::CheckpointStorage { source, .. } => source.is_retryable(),
-            _ => !matches!(self, Error::Config { .. } | Error::Graph(_) | Error::Cancelled),
+            Error::External { retryable, .. } => *retryable,
+            Error::Config { .. }
+            | Error::Graph(_)
+            | Error::Cancelled
+            | Error::CorruptState(_)
+            | Error::BadRecord(_)
+            | Error::OutputLost(_)
+            | Error::Internal(_) => false,
+            Error::Task { .. }
+            | Error::Panic { .. }
+            | Error::Io { .. }
+            | Error::Operator(_)
+            | Error::Cluster(_)
+            | Error::CheckpointsFailed(_) => true,
         }
     }
 }
@@ -137,5 +191,24 @@ mod tests {
         let e = wrap(corrupt);
         assert!(!e.is_retryable());
         assert!(e.to_string().starts_with("restore: checkpoint chk-3"), "{e}");
+    }
+
+    /// Each class answers whether a restart may help, and says only its message.
+    #[test]
+    fn each_class_says_whether_a_restart_helps() {
+        let cases = [
+            (Error::external("kafka", "broker down"), true),
+            (Error::external_refused("postgresql", "password authentication failed"), false),
+            (Error::CorruptState("generator: corrupt checkpointed position".into()), false),
+            (Error::BadRecord("a record does not fit its Avro schema".into()), false),
+            (Error::OutputLost("the transaction of checkpoint 3 can no longer be committed".into()), false),
+            (Error::Internal("exchange got a batch of another type".into()), false),
+            (Error::config("--slots", "must be at least 1"), false),
+            (Error::Operator("injected failure".into()), true),
+        ];
+        for (e, retryable) in cases {
+            assert_eq!(e.is_retryable(), retryable, "{e:?}");
+        }
+        assert_eq!(Error::external("kafka", "broker down").to_string(), "broker down");
     }
 }

@@ -116,7 +116,7 @@ impl OperatorContext {
     pub fn keyed_state(&self) -> Result<KeyedStateGuard<'_>> {
         match &self.keyed {
             Some(k) => k.lock(),
-            None => Err(crate::Error::Operator(format!(
+            None => Err(crate::Error::Graph(format!(
                 "operator `{}` has no keyed state: apply it to a `key_by` stream",
                 self.operator_name
             ))),

@@ -213,6 +213,6 @@ fn open(setup: StateSetup) -> Result<Slot> {
 
 impl From<caudal_checkpoints::Error> for Error {
     fn from(e: caudal_checkpoints::Error) -> Self {
-        Error::Operator(format!("keyed state: {e}"))
+        Error::CheckpointStorage { context: "keyed state".into(), source: Box::new(e) }
     }
 }

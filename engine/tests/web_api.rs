@@ -322,11 +322,11 @@ fn every_endpoint_against_a_running_job() {
     assert!(cp["latest_completed"].is_null());
     assert!(cp["config"].is_null(), "no checkpoint settings: {cp}");
 
-    // --- kafka: no Kafka source in this job (the values: jobs/tests/kafka_lag_api.rs)
+    // --- kafka: no Kafka source in this job (the values: tests/tests/kafka_lag_api.rs)
     let k = c.ok(&format!("/api/v1/jobs/{JOB}/kafka"));
     assert_eq!(k["sources"], serde_json::json!([]), "{k}");
     assert!(c.get(&format!("/api/v1/jobs/{JOB}/kafka?history=301")).error(400).contains("`history`"));
-    // --- transactions: no Kafka sink here either (the values: jobs/tests/kafka_transactions_api.rs)
+    // --- transactions: no Kafka sink here either (the values: tests/tests/kafka_transactions_api.rs)
     let t = c.ok(&format!("/api/v1/jobs/{JOB}/transactions"));
     assert_eq!(t["sinks"], serde_json::json!([]), "{t}");
 

@@ -89,33 +89,13 @@ impl Target {
     /// A bounded, throttled run: 20 sensors, 6,000 readings at 1,500/s (~4 s), 1-second
     /// windows, checkpoints every 300 ms, parallelism 2.
     fn args(&self) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--sensors",
-            "20",
-            "--records",
-            &RECORDS.to_string(),
-            "--rate",
-            "75",
-            "--event-interval-ms",
-            "100",
-            "--window-secs",
-            "1",
-            "--seed",
-            "11",
-            "--splits",
-            "6",
-            "--checkpoint-interval",
-            "0.3",
-            "--progress-secs",
-            "0",
-            "--parallelism",
-            "2",
-        ]
-        .iter()
-        // The outages and silence of common::BASE_MODEL: alerts too.
-        .chain(&common::ALERT_ARGS)
-        .map(|s| s.to_string())
-        .collect();
+        let mut a: Vec<String> = common::oracle::RUN_ARGS
+            .iter()
+            .chain(&["--parallelism", "2"])
+            // The outages and silence of common::BASE_MODEL: alerts too.
+            .chain(&common::ALERT_ARGS)
+            .map(|s| s.to_string())
+            .collect();
         for (flag, value) in &self.set {
             let i = a.iter().position(|f| f == flag).unwrap_or_else(|| panic!("{flag} is not a base flag"));
             a[i + 1] = value.clone();

@@ -79,15 +79,23 @@ impl RetryPolicy {
     /// Runs `attempt` until it succeeds, fails permanently or the service stayed away for
     /// `give_up_after_secs`. `what` names the sink and the operation in logs and errors
     /// ("PostgreSQL sink `readings-sink`[0]: writing rows"). `attempt` gets the attempt
-    /// number (0 first) so it can reconnect or check what a lost call did.
-    pub fn run<T>(&self, what: &str, attempt: impl FnMut(u32) -> Result<T, Failure>) -> Result<T> {
-        self.run_counted(what, &AtomicU64::new(0), attempt)
+    /// number (0 first) so it can reconnect or check what a lost call did. `system` classes
+    /// the error ([`Error::External`]): retryable when the service stayed away, not when it
+    /// refused.
+    pub fn run<T>(
+        &self,
+        system: &'static str,
+        what: &str,
+        attempt: impl FnMut(u32) -> Result<T, Failure>,
+    ) -> Result<T> {
+        self.run_counted(system, what, &AtomicU64::new(0), attempt)
     }
 
     /// [`RetryPolicy::run`], adding each retry to `retries` (the sink's
     /// [`caudal::metrics::names::SINK_RETRIES`] counter).
     pub fn run_counted<T>(
         &self,
+        system: &'static str,
         what: &str,
         retries: &AtomicU64,
         mut attempt: impl FnMut(u32) -> Result<T, Failure>,
@@ -109,15 +117,18 @@ impl RetryPolicy {
                     return Ok(v);
                 }
                 Err(Failure::Permanent(cause)) => {
-                    return Err(Error::Operator(format!("{what}: {cause}")));
+                    return Err(Error::external_refused(system, format!("{what}: {cause}")));
                 }
                 Err(Failure::Transient(cause)) => {
                     if start.elapsed() >= give_up {
-                        return Err(Error::Operator(format!(
-                            "{what}: gave up after {} attempts over {:.0}s: {cause}",
-                            n + 1,
-                            start.elapsed().as_secs_f64()
-                        )));
+                        return Err(Error::external(
+                            system,
+                            format!(
+                                "{what}: gave up after {} attempts over {:.0}s: {cause}",
+                                n + 1,
+                                start.elapsed().as_secs_f64()
+                            ),
+                        ));
                     }
                     tracing::warn!("caudal: {what}: {cause}; retrying in {} ms", backoff.as_millis());
                     retries.fetch_add(1, Ordering::Relaxed);
@@ -141,7 +152,7 @@ mod tests {
     #[test]
     fn transient_failures_are_retried_until_success() {
         let retries = AtomicU64::new(0);
-        let r = quick().run_counted("test", &retries, |n| {
+        let r = quick().run_counted("test", "test", &retries, |n| {
             if n < 3 {
                 Err(Failure::Transient("down".into()))
             } else {
@@ -155,11 +166,12 @@ mod tests {
     #[test]
     fn a_permanent_failure_stops_at_once_and_names_the_cause() {
         let mut calls = 0;
-        let r: Result<()> = quick().run("sink x", |_| {
+        let r: Result<()> = quick().run("test", "sink x", |_| {
             calls += 1;
             Err(Failure::Permanent("password authentication failed".into()))
         });
         assert_eq!(calls, 1);
+        assert!(r.as_ref().is_err_and(|e| !e.is_retryable()), "a refusal is not restarted: {r:?}");
         let e = r.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("sink x") && e.contains("password authentication failed"), "{e}");
     }
@@ -167,7 +179,8 @@ mod tests {
     #[test]
     fn gives_up_after_the_deadline() {
         let policy = RetryPolicy { initial_backoff_ms: 50, max_backoff_ms: 100, give_up_after_secs: 0 };
-        let r: Result<()> = policy.run("sink y", |_| Err(Failure::Transient("refused".into())));
+        let r: Result<()> = policy.run("test", "sink y", |_| Err(Failure::Transient("refused".into())));
+        assert!(r.as_ref().is_err_and(|e| e.is_retryable()), "an outage is restarted: {r:?}");
         let e = r.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("gave up") && e.contains("refused"), "{e}");
     }

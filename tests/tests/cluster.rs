@@ -25,50 +25,20 @@ use std::time::Instant;
 /// A bounded, throttled run (as in jobs/tests/recovery.rs): 20 sensors, 6,000 readings at
 /// 1,500/s (~4 s), 1-second windows, checkpoints every 300 ms.
 fn job_args(out: &Path) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--sensors",
-        "20",
-        "--records",
-        "6000",
-        "--rate",
-        "75",
-        "--event-interval-ms",
-        "100",
-        "--window-secs",
-        "1",
-        "--seed",
-        "11",
-        "--splits",
-        "6",
-        "--checkpoint-interval",
-        "0.3",
-        "--progress-secs",
-        "0",
-        "--no-ui",
-        "--silence-secs",
-        "2",
-        "--outage",
-        "3:5:9",
-        "--outage",
-        "11:20:25.5",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args: Vec<String> = oracle::RUN_ARGS
+        .iter()
+        .chain(&["--no-ui", "--silence-secs", "2", "--outage", "3:5:9", "--outage", "11:20:25.5"])
+        .map(|s| s.to_string())
+        .collect();
     args.extend(["--output".into(), out.display().to_string()]);
     args
 }
 
 /// The generator's model behind [`job_args`] (`jobs/tests/common/oracle.rs`).
 const MODEL: oracle::Model = oracle::Model {
-    sensors: 20,
-    records: 6000,
-    seed: 11,
-    interval_ms: 100,
-    faulty_fraction: 0.01,
-    window_ms: 1000,
     outages: &[(3, 5_000, 9_000), (11, 20_000, 25_500)],
     silence_ms: Some(2_000),
+    ..oracle::Model::RUN
 };
 
 /// [`job_args`] at 500 readings/s (~12 s): room for kills, pauses and outages mid-run.

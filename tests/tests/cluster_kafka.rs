@@ -176,3 +176,24 @@ fn a_paused_task_manager_resumed_after_the_job_moved_on_leaves_the_kafka_output_
     assert_eq!(got_windows.len(), want_windows.len(), "windows after the pause");
     assert!(got_windows == want_windows, "windows differ from what the input implies");
 }
+
+/// Errors keep their class from the executor to the job manager: an input topic that does
+/// not exist is a configuration error, so the job fails at once with its cause instead of
+/// being restarted up to the cap (an outage of the checkpoint storage, by contrast, is
+/// retried: `cluster.rs`).
+#[test]
+fn a_configuration_error_in_an_executor_fails_the_job_without_restarts() {
+    let Some(stack) = stack() else { return };
+    let (readings, windows) = topics(&stack, "cluster-no-input");
+    let missing = unique("cluster-missing-input");
+    let mut c = Cluster::start(&["--max-restarts", "5"]);
+    c.start_taskmanager("tm-1", 2);
+    c.wait_for_task_managers(1);
+    let o = c.submit(2, &job_args(&stack, &missing, &readings, &windows));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed = c.wait_job("temperature", 60, "FAILED", |j| status(j) == "FAILED");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(detail.contains("not retryable") && detail.contains("does not exist"), "{failed:#}");
+    assert_eq!(failed["restarts"], 0, "{failed:#}");
+    assert_eq!(failed["failures"].as_array().unwrap().len(), 1, "{failed:#}");
+}

@@ -94,7 +94,7 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime> {
                 .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| Error::Operator(format!("async I/O runtime: {e}")))
+        .map_err(|e| Error::Internal(format!("starting the async I/O runtime: {e}")))
 }
 
 impl<T: Data> DataStream<T> {
@@ -183,10 +183,13 @@ impl<I: Data, O: Data, F: AsyncFunction<I, O>> AsyncMapOperator<I, O, F> {
             Err(e) => {
                 let element = format!("{:?}", entry.record.value);
                 let element: String = element.chars().take(200).collect();
-                return Err(Error::Operator(format!(
-                    "async_map: the request for {element} failed {} times, the last: {e}",
-                    attempt + 1
-                )));
+                return Err(Error::external(
+                    "async I/O",
+                    format!(
+                        "async_map: the request for {element} failed {} times, the last: {e}",
+                        attempt + 1
+                    ),
+                ));
             }
         }
         Ok(())
@@ -287,7 +290,7 @@ impl<I: Data, O: Data, F: AsyncFunction<I, O>> Operator for AsyncMapOperator<I, 
         let waiting: Vec<&Record<I>> = self.in_flight.values().map(|e| &e.record).collect();
         bincode::serde::encode_to_vec(&waiting, bincode::config::standard())
             .map(Some)
-            .map_err(|e| Error::Operator(format!("async_map snapshot: {e}")))
+            .map_err(|e| Error::Internal(format!("async_map snapshot: {e}")))
     }
 
     /// Asks again for the elements in flight at the checkpoint: the old subtasks' lists are
@@ -299,7 +302,7 @@ impl<I: Data, O: Data, F: AsyncFunction<I, O>> Operator for AsyncMapOperator<I, 
             }
             let (waiting, _): (Vec<Record<I>>, usize) =
                 bincode::serde::decode_from_slice(blob, bincode::config::standard()).map_err(|e| {
-                    Error::Operator(format!("async_map: restoring the elements in flight: {e}"))
+                    Error::CorruptState(format!("async_map: restoring the elements in flight: {e}"))
                 })?;
             for record in waiting {
                 self.ask(record)?;

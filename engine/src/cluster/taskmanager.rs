@@ -17,7 +17,7 @@ use super::blob::BlobStore;
 use super::client::JobManagerClient;
 use super::protocol::{write_frame, FromTaskManager, Hello, Link, ToTaskManager, HEARTBEAT_INTERVAL};
 use crate::{Error, Result};
-use crossbeam_channel::{unbounded, RecvTimeoutError};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -125,146 +125,196 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// A registered task manager's link to the job manager and the executors it runs.
+struct Session<'a> {
+    config: &'a TaskManagerConfig,
+    client: &'a JobManagerClient,
+    blobs: &'a BlobStore,
+    /// The job manager's control address, given to executors.
+    rpc: String,
+    link: Link<ToTaskManager>,
+    executors: Executors,
+    started_tx: Sender<StartedExecutor>,
+    started_rx: Receiver<StartedExecutor>,
+}
+
+/// An executor's id and its process, or why it could not be started.
+type StartedExecutor = (String, std::result::Result<(Child, std::process::ChildStdin), String>);
+
 fn session(config: &TaskManagerConfig, client: &JobManagerClient, blobs: &BlobStore) -> SessionEnd {
-    let info = match client.info() {
-        Ok(i) => i,
-        Err(e) => return SessionEnd::Retry(e.to_string()),
-    };
-    let rpc = format!("{}:{}", client.host(), info.rpc_port);
-    let mut stream = match TcpStream::connect(&rpc) {
+    let mut session = match Session::register(config, client, blobs) {
         Ok(s) => s,
-        Err(e) => {
-            return SessionEnd::Retry(format!("cannot reach the job manager's control port {rpc}: {e}"))
-        }
+        Err(end) => return end,
     };
-    let hello = Hello::TaskManager {
-        name: config.name.clone(),
-        slots: config.slots,
-        location: format!("{} pid {}", hostname(), std::process::id()),
-    };
-    if let Err(e) = write_frame(&mut stream, &hello) {
-        return SessionEnd::Retry(format!("registering at {rpc}: {e}"));
-    }
-    let link: Link<ToTaskManager> = match Link::start(stream, "jobmanager") {
-        Ok(l) => l,
-        Err(e) => return SessionEnd::Retry(format!("registering at {rpc}: {e}")),
-    };
-    match link.incoming.recv_timeout(Duration::from_secs(10)) {
-        Ok(Ok(ToTaskManager::Welcome)) => {}
-        Ok(Ok(ToTaskManager::Refused { reason })) => return SessionEnd::Fatal(format!("refused: {reason}")),
-        Ok(Ok(other)) => return SessionEnd::Retry(format!("unexpected first answer {other:?}")),
-        Ok(Err(reason)) => return SessionEnd::Retry(format!("registering at {rpc}: {reason}")),
-        Err(_) => return SessionEnd::Retry(format!("no answer to the registration at {rpc}")),
-    }
+    let end = session.serve();
+    session.link.sender.close();
     tracing::info!(
-        "caudal taskmanager {}: registered at {} ({rpc}) with {} slots",
+        "caudal taskmanager {}: {end}: killing {} executors",
         config.name,
-        config.jobmanager,
-        config.slots
+        session.executors.running.len()
     );
-    let mut executors = Executors::default();
-    let (started_tx, started_rx) =
-        unbounded::<(String, std::result::Result<(Child, std::process::ChildStdin), String>)>();
-    let (mut last_heard, mut last_sent) = (Instant::now(), Instant::now());
-    let send = |m: &FromTaskManager| link.sender.send(m);
-    let end = loop {
-        match link.incoming.recv_timeout(Duration::from_millis(20)) {
-            Ok(Ok(msg)) => {
-                last_heard = Instant::now();
-                match msg {
-                    ToTaskManager::StartExecutor { executor_id, binary_sha256, args, env } => {
-                        let (client, blobs, tx) = (client.clone(), blobs.clone(), started_tx.clone());
-                        let exec_env = vec![
-                            ("CAUDAL__EXECUTOR".to_string(), rpc.clone()),
-                            ("CAUDAL__EXECUTOR_ID".to_string(), executor_id.clone()),
-                            ("CAUDAL__EXECUTOR_WATCH_STDIN".to_string(), "1".to_string()),
-                        ];
-                        // Downloading may take a while: never stall the heartbeats.
-                        let _ = std::thread::Builder::new().name("caudal-start-executor".into()).spawn(
-                            move || {
-                                let r = start_executor(
-                                    &client,
-                                    &blobs,
-                                    &binary_sha256,
-                                    &args,
-                                    env.into_iter().chain(exec_env),
-                                );
-                                let _ = tx.send((executor_id, r));
-                            },
-                        );
-                    }
-                    ToTaskManager::StopExecutor { executor_id } => {
-                        match executors.running.get_mut(&executor_id) {
-                            Some((child, _)) => {
-                                let _ = child.kill();
-                            }
-                            None => executors.stop_requested.push(executor_id),
-                        }
-                    }
-                    ToTaskManager::Heartbeat | ToTaskManager::Welcome | ToTaskManager::Refused { .. } => {}
+    session.executors.kill_all();
+    SessionEnd::Retry(end)
+}
+
+impl<'a> Session<'a> {
+    /// Connects to the job manager's control port and registers this task manager's slots.
+    fn register(
+        config: &'a TaskManagerConfig,
+        client: &'a JobManagerClient,
+        blobs: &'a BlobStore,
+    ) -> std::result::Result<Self, SessionEnd> {
+        let info = client.info().map_err(|e| SessionEnd::Retry(e.to_string()))?;
+        let rpc = format!("{}:{}", client.host(), info.rpc_port);
+        let mut stream = TcpStream::connect(&rpc).map_err(|e| {
+            SessionEnd::Retry(format!("cannot reach the job manager's control port {rpc}: {e}"))
+        })?;
+        let hello = Hello::TaskManager {
+            name: config.name.clone(),
+            slots: config.slots,
+            location: format!("{} pid {}", hostname(), std::process::id()),
+        };
+        let registering = |e: &dyn std::fmt::Display| SessionEnd::Retry(format!("registering at {rpc}: {e}"));
+        write_frame(&mut stream, &hello).map_err(|e| registering(&e))?;
+        let link: Link<ToTaskManager> = Link::start(stream, "jobmanager").map_err(|e| registering(&e))?;
+        match link.incoming.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(ToTaskManager::Welcome)) => {}
+            Ok(Ok(ToTaskManager::Refused { reason })) => {
+                return Err(SessionEnd::Fatal(format!("refused: {reason}")))
+            }
+            Ok(Ok(other)) => return Err(SessionEnd::Retry(format!("unexpected first answer {other:?}"))),
+            Ok(Err(reason)) => return Err(registering(&reason)),
+            Err(_) => return Err(SessionEnd::Retry(format!("no answer to the registration at {rpc}"))),
+        }
+        tracing::info!(
+            "caudal taskmanager {}: registered at {} ({rpc}) with {} slots",
+            config.name,
+            config.jobmanager,
+            config.slots
+        );
+        let (started_tx, started_rx) = unbounded();
+        Ok(Session {
+            config,
+            client,
+            blobs,
+            rpc,
+            link,
+            executors: Executors::default(),
+            started_tx,
+            started_rx,
+        })
+    }
+
+    /// Serves the job manager until it is lost; returns why the session ended.
+    fn serve(&mut self) -> String {
+        let (mut last_heard, mut last_sent) = (Instant::now(), Instant::now());
+        loop {
+            match self.link.incoming.recv_timeout(Duration::from_millis(20)) {
+                Ok(Ok(msg)) => {
+                    last_heard = Instant::now();
+                    self.on_message(msg);
+                }
+                Ok(Err(reason)) => return format!("lost the job manager ({reason})"),
+                Err(RecvTimeoutError::Disconnected) => return "lost the job manager".to_string(),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if let Err(lost) = self.take_started().and_then(|()| self.reap_exited()) {
+                return lost;
+            }
+            if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
+                last_sent = Instant::now();
+                if let Err(e) = self.link.sender.send(&FromTaskManager::Heartbeat) {
+                    return format!("lost the job manager ({e})");
                 }
             }
-            Ok(Err(reason)) => break format!("lost the job manager ({reason})"),
-            Err(RecvTimeoutError::Disconnected) => break "lost the job manager".to_string(),
-            Err(RecvTimeoutError::Timeout) => {}
+            if last_heard.elapsed() > self.config.heartbeat_timeout {
+                return format!("the job manager was silent for {:?}", self.config.heartbeat_timeout);
+            }
         }
-        while let Ok((id, result)) = started_rx.try_recv() {
+    }
+
+    fn on_message(&mut self, msg: ToTaskManager) {
+        match msg {
+            ToTaskManager::StartExecutor { executor_id, binary_sha256, args, env } => {
+                let (client, blobs, tx) = (self.client.clone(), self.blobs.clone(), self.started_tx.clone());
+                let exec_env = vec![
+                    ("CAUDAL__EXECUTOR".to_string(), self.rpc.clone()),
+                    ("CAUDAL__EXECUTOR_ID".to_string(), executor_id.clone()),
+                    ("CAUDAL__EXECUTOR_WATCH_STDIN".to_string(), "1".to_string()),
+                ];
+                // Downloading may take a while: never stall the heartbeats.
+                let _ = std::thread::Builder::new().name("caudal-start-executor".into()).spawn(move || {
+                    let r = start_executor(
+                        &client,
+                        &blobs,
+                        &binary_sha256,
+                        &args,
+                        env.into_iter().chain(exec_env),
+                    );
+                    let _ = tx.send((executor_id, r));
+                });
+            }
+            ToTaskManager::StopExecutor { executor_id } => match self.executors.running.get_mut(&executor_id)
+            {
+                Some((child, _)) => {
+                    let _ = child.kill();
+                }
+                None => self.executors.stop_requested.push(executor_id),
+            },
+            ToTaskManager::Heartbeat | ToTaskManager::Welcome | ToTaskManager::Refused { .. } => {}
+        }
+    }
+
+    /// Takes in the executors started since the last call (killing those already told to
+    /// stop) and reports those that could not start.
+    fn take_started(&mut self) -> std::result::Result<(), String> {
+        while let Ok((id, result)) = self.started_rx.try_recv() {
             match result {
                 Ok((mut child, stdin)) => {
                     tracing::info!(
                         "caudal taskmanager {}: started executor {id} (pid {})",
-                        config.name,
+                        self.config.name,
                         child.id()
                     );
-                    if let Some(i) = executors.stop_requested.iter().position(|s| *s == id) {
-                        executors.stop_requested.remove(i);
+                    if let Some(i) = self.executors.stop_requested.iter().position(|s| *s == id) {
+                        self.executors.stop_requested.remove(i);
                         let _ = child.kill();
                     }
-                    executors.running.insert(id, (child, stdin));
+                    self.executors.running.insert(id, (child, stdin));
                 }
                 Err(error) => {
-                    tracing::warn!("caudal taskmanager {}: cannot start executor {id}: {error}", config.name);
-                    if send(&FromTaskManager::ExecutorFailedToStart { executor_id: id, error }).is_err() {
-                        break;
-                    }
+                    tracing::warn!(
+                        "caudal taskmanager {}: cannot start executor {id}: {error}",
+                        self.config.name
+                    );
+                    let failed = FromTaskManager::ExecutorFailedToStart { executor_id: id, error };
+                    self.link.sender.send(&failed).map_err(|e| format!("lost the job manager ({e})"))?;
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Reports the executors that ended since the last call.
+    fn reap_exited(&mut self) -> std::result::Result<(), String> {
         let mut exited = Vec::new();
-        for (id, (child, _)) in executors.running.iter_mut() {
+        for (id, (child, _)) in self.executors.running.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 exited.push((id.clone(), describe(status)));
             }
         }
-        let mut lost = None;
+        let mut lost = Ok(());
         for (id, status) in exited {
-            executors.running.remove(&id);
-            tracing::info!("caudal taskmanager {}: executor {id} ended ({status})", config.name);
-            if let Err(e) = send(&FromTaskManager::ExecutorExited { executor_id: id, status }) {
-                lost = Some(format!("lost the job manager ({e})"));
+            self.executors.running.remove(&id);
+            tracing::info!("caudal taskmanager {}: executor {id} ended ({status})", self.config.name);
+            if let Err(e) =
+                self.link.sender.send(&FromTaskManager::ExecutorExited { executor_id: id, status })
+            {
+                lost = Err(format!("lost the job manager ({e})"));
             }
         }
-        if let Some(l) = lost {
-            break l;
-        }
-        if last_sent.elapsed() >= HEARTBEAT_INTERVAL {
-            last_sent = Instant::now();
-            if let Err(e) = send(&FromTaskManager::Heartbeat) {
-                break format!("lost the job manager ({e})");
-            }
-        }
-        if last_heard.elapsed() > config.heartbeat_timeout {
-            break format!("the job manager was silent for {:?}", config.heartbeat_timeout);
-        }
-    };
-    link.sender.close();
-    tracing::info!(
-        "caudal taskmanager {}: {end}: killing {} executors",
-        config.name,
-        executors.running.len()
-    );
-    executors.kill_all();
-    SessionEnd::Retry(end)
+        lost
+    }
 }
 
 fn start_executor(

@@ -97,7 +97,7 @@ impl<T: Data> ChainNode for ExchangeOutput<T> {
 
     fn process(&mut self, batch: AnyBatch) -> Result<()> {
         let batch = batch.downcast::<Batch<T>>().map(|b| *b).map_err(|_| {
-            Error::Operator(format!(
+            Error::Internal(format!(
                 "internal: exchange got a batch that is not {}",
                 std::any::type_name::<T>()
             ))

@@ -30,27 +30,8 @@ pub const ALERT_ARGS: [&str; 10] = [
 pub fn base_args(out: &Path, ckpt: &Path, parallelism: u32) -> Vec<String> {
     ALERT_ARGS
         .iter()
-        .chain(&[
-            "--sensors",
-            "20",
-            "--records",
-            "6000",
-            "--rate",
-            "75",
-            "--event-interval-ms",
-            "100",
-            "--window-secs",
-            "1",
-            "--seed",
-            "11",
-            "--splits",
-            "6",
-            "--checkpoint-interval",
-            "0.3",
-            "--progress-secs",
-            "0",
-            "--no-ui",
-        ])
+        .chain(&oracle::RUN_ARGS)
+        .chain(&["--no-ui"])
         .map(|s| s.to_string())
         .chain([
             "--output".into(),
@@ -132,14 +113,9 @@ pub fn dirs() -> Dirs {
 
 /// The generator's model behind [`base_args`] (see `oracle.rs`).
 pub const BASE_MODEL: oracle::Model = oracle::Model {
-    sensors: 20,
-    records: 6000,
-    seed: 11,
-    interval_ms: 100,
-    faulty_fraction: 0.01,
-    window_ms: 1000,
     outages: &[(3, 5_000, 9_000), (7, 12_000, 13_000), (9, 20_000, 25_500), (3, 15_000, 18_000)],
     silence_ms: Some(2_000),
+    ..oracle::Model::RUN
 };
 
 /// The alerts the outages of [`base_args`] imply, computed without the engine.

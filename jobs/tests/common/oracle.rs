@@ -13,6 +13,31 @@ use caudal_operators::generator::{reading, DEFAULT_BOUNDED_START_MS};
 use caudal_schemas::{AlertKind, ProcessedReading, SensorAlert, WindowStats};
 use std::collections::BTreeMap;
 
+/// The flags of the bounded, throttled run the process-level tests share (jobs/tests and
+/// tests/tests): 20 sensors, 6,000 readings at 1,500/s (~4 s) with seed 11 over 6 splits,
+/// 1-second windows of event time, checkpoints every 300 ms, no progress line. Its model is
+/// [`Model::RUN`] plus the run's outages.
+pub const RUN_ARGS: [&str; 18] = [
+    "--sensors",
+    "20",
+    "--records",
+    "6000",
+    "--rate",
+    "75",
+    "--event-interval-ms",
+    "100",
+    "--window-secs",
+    "1",
+    "--seed",
+    "11",
+    "--splits",
+    "6",
+    "--checkpoint-interval",
+    "0.3",
+    "--progress-secs",
+    "0",
+];
+
 /// The generator's settings of a run (`--sensors`, `--records`, `--seed`,
 /// `--event-interval-ms`, `--faulty-fraction`) and the window length.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +55,18 @@ pub struct Model {
 }
 
 impl Model {
+    /// The model of [`RUN_ARGS`], without outages or alerts.
+    pub const RUN: Model = Model {
+        sensors: 20,
+        records: 6000,
+        seed: 11,
+        interval_ms: 100,
+        faulty_fraction: 0.01,
+        window_ms: 1000,
+        outages: &[],
+        silence_ms: None,
+    };
+
     fn silenced(&self, sensor: u64, ts: i64) -> bool {
         let t = ts - DEFAULT_BOUNDED_START_MS;
         self.outages.iter().any(|(s, from, to)| *s == sensor && (*from..*to).contains(&t))

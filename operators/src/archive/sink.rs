@@ -118,9 +118,9 @@ impl<R: AvroRecord> ArchiveSink<R> {
         if self.store.is_none() {
             let storage =
                 CheckpointStorageConfig { url: self.config.url.clone(), s3: self.config.s3.clone() };
-            let store = storage
-                .build()
-                .map_err(|e| Error::Operator(format!("{}: opening the storage: {e}", self.what)))?;
+            let store = storage.build().map_err(|e| {
+                Error::external("object storage", format!("{}: opening the storage: {e}", self.what))
+            })?;
             self.store = Some(store);
         }
         Ok(())
@@ -133,15 +133,18 @@ impl<R: AvroRecord> ArchiveSink<R> {
         f: impl Fn(&ObjectCheckpointStore) -> caudal_checkpoints::Result<T>,
     ) -> Result<T> {
         let store =
-            self.store.as_ref().ok_or_else(|| Error::Operator(format!("{}: not started", self.what)))?;
-        self.config
-            .retry
-            .run_counted(&format!("{}: {doing}", self.what), &self.retries, |_| f(store).map_err(storage))
+            self.store.as_ref().ok_or_else(|| Error::Internal(format!("{}: not started", self.what)))?;
+        self.config.retry.run_counted(
+            "object storage",
+            &format!("{}: {doing}", self.what),
+            &self.retries,
+            |_| f(store).map_err(storage),
+        )
     }
 
     fn new_writer() -> Result<Writer<'static, Vec<u8>>> {
         Writer::new(R::schema(), Vec::new())
-            .map_err(|e| Error::Operator(format!("archive: Avro writer: {e}")))
+            .map_err(|e| Error::Internal(format!("archive: Avro writer: {e}")))
     }
 
     /// Finishes the writer of `partition` and uploads it as in-progress.
@@ -149,7 +152,7 @@ impl<R: AvroRecord> ArchiveSink<R> {
         let Some(writer) = self.writers.remove(partition) else { return Ok(()) };
         let bytes = writer
             .into_inner()
-            .map_err(|e| Error::Operator(format!("{}: finishing an Avro file: {e}", self.what)))?;
+            .map_err(|e| Error::Internal(format!("{}: finishing an Avro file: {e}", self.what)))?;
         let name = format!("{}/part-{}-{}.{}.avro", self.in_progress, self.subtask, self.files, self.attempt);
         self.files += 1;
         let data = Bytes::from(bytes);
@@ -186,25 +189,30 @@ impl<R: AvroRecord> ArchiveSink<R> {
     /// Copies `p` to its final name and deletes the in-progress object.
     fn publish(&self, p: &Pending) -> Result<()> {
         let what = format!("publishing {}", p.published);
-        self.config.retry.run_counted(&format!("{}: {what}", self.what), &self.retries, |_| {
-            let store = self.store.as_ref().ok_or_else(|| Failure::Permanent("not started".into()))?;
-            match store.copy(&p.in_progress, &p.published) {
-                Ok(()) => {}
-                Err(caudal_checkpoints::Error::NotFound { .. }) => {
-                    // Published before a crash (the in-progress object is deleted only after the copy)?
-                    return match store.head(&p.published).map_err(storage)? {
-                        Some(_) => Ok(()),
-                        None => Err(Failure::Permanent(format!(
+        self.config.retry.run_counted(
+            "object storage",
+            &format!("{}: {what}", self.what),
+            &self.retries,
+            |_| {
+                let store = self.store.as_ref().ok_or_else(|| Failure::Permanent("not started".into()))?;
+                match store.copy(&p.in_progress, &p.published) {
+                    Ok(()) => {}
+                    Err(caudal_checkpoints::Error::NotFound { .. }) => {
+                        // Published before a crash (the in-progress object is deleted only after the copy)?
+                        return match store.head(&p.published).map_err(storage)? {
+                            Some(_) => Ok(()),
+                            None => Err(Failure::Permanent(format!(
                             "pre-committed file {} is missing and was never published as {}: its records are \
                              lost (was the archive changed between runs?)",
                             p.in_progress, p.published
                         ))),
-                    };
+                        };
+                    }
+                    Err(e) => return Err(storage(e)),
                 }
-                Err(e) => return Err(storage(e)),
-            }
-            store.delete(&p.in_progress).map_err(storage)
-        })
+                store.delete(&p.in_progress).map_err(storage)
+            },
+        )
     }
 
     fn commit_up_to(&mut self, checkpoint: u64) -> Result<()> {
@@ -233,7 +241,7 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
         let mut keep = HashSet::new();
         for blob in snapshots {
             let pending: Vec<Pending> = serde_json::from_slice(&blob)
-                .map_err(|e| Error::Operator(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
+                .map_err(|e| Error::CorruptState(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
             for p in pending.into_iter().filter(|p| p.checkpoint <= restored) {
                 self.publish(&p)?;
                 if keep.is_empty() {
@@ -269,7 +277,7 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
                 std::collections::btree_map::Entry::Vacant(e) => e.insert(Self::new_writer()?),
             };
             writer.append_ser(&r.value).map_err(|e| {
-                Error::Operator(format!("{}: a record does not fit its Avro schema: {e}", self.what))
+                Error::BadRecord(format!("{}: a record does not fit its Avro schema: {e}", self.what))
             })?;
         }
         for (p, w) in &self.writers {
@@ -295,7 +303,7 @@ impl<R: AvroRecord + Data> Sink for ArchiveSink<R> {
         self.close_epoch(checkpoint.0, &checkpoint.0.to_string());
         serde_json::to_vec(&self.pending)
             .map(Some)
-            .map_err(|e| Error::Operator(format!("{}: encoding pre-commit state: {e}", self.what)))
+            .map_err(|e| Error::Internal(format!("{}: encoding pre-commit state: {e}", self.what)))
     }
 
     fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {

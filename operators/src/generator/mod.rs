@@ -251,7 +251,7 @@ impl Source for SensorGenerator {
         let mut start_ms = self.start_ms;
         for blob in restored {
             let p: GeneratorPosition = serde_json::from_slice(blob)
-                .map_err(|e| Error::Operator(format!("generator: corrupt checkpointed position: {e}")))?;
+                .map_err(|e| Error::CorruptState(format!("generator: corrupt checkpointed position: {e}")))?;
             start_ms = p.start_ms;
             positions.extend(p.splits);
         }

@@ -116,6 +116,6 @@ impl SourceReader<SensorReading> for GeneratorReader {
             start_ms: self.generator.start_ms(),
             splits: self.splits.iter().map(|s| (s.split, s.next)).collect(),
         };
-        serde_json::to_vec(&p).map_err(|e| caudal::Error::Operator(format!("generator position: {e}")))
+        serde_json::to_vec(&p).map_err(|e| caudal::Error::Internal(format!("generator position: {e}")))
     }
 }

@@ -117,7 +117,7 @@ impl<I, V: Clone + Send + 'static> PostgresLookup<I, V> {
 }
 
 fn lookup_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Operator(format!("PostgreSQL lookup: {what}: {e}"))
+    Error::external("postgresql", format!("PostgreSQL lookup: {what}: {e}"))
 }
 
 impl<I: Clone + Send + Sync + 'static, V: Clone + Send + Sync + 'static> AsyncFunction<I, (I, Option<V>)>

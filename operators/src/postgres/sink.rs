@@ -373,7 +373,7 @@ impl<T> PostgresSink<T> {
         let policy = self.config.retry.clone();
         let what = format!("{}: {doing}", self.what);
         let retries = self.retries.clone();
-        policy.run_counted(&what, &retries, |n| f(self, n))
+        policy.run_counted("postgresql", &what, &retries, |n| f(self, n))
     }
 
     /// Sends the waiting rows when there are `batch_rows` of them or the oldest waited
@@ -526,7 +526,7 @@ impl<T> PostgresSink<T> {
     fn snapshot(&self) -> Result<Option<Vec<u8>>> {
         serde_json::to_vec(&self.pending)
             .map(Some)
-            .map_err(|e| Error::Operator(format!("{}: encoding pre-commit state: {e}", self.what)))
+            .map_err(|e| Error::Internal(format!("{}: encoding pre-commit state: {e}", self.what)))
     }
 }
 
@@ -542,7 +542,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
         let mut keep = Vec::new();
         for blob in snapshots {
             let epochs: Vec<PreparedEpoch> = serde_json::from_slice(&blob)
-                .map_err(|e| Error::Operator(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
+                .map_err(|e| Error::CorruptState(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
             keep.extend(epochs.into_iter().filter(|p| p.checkpoint <= restored));
         }
         self.recover(&keep)
@@ -566,7 +566,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
         }
         for r in &batch {
             self.row.clear();
-            to_row(&r.value, &mut self.row).map_err(|e| Error::Operator(format!("{}: {e}", self.what)))?;
+            to_row(&r.value, &mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
             if self.rows.is_none() {
                 let shape = Shape::of(&self.row);
                 let mut key = Vec::new();
@@ -584,7 +584,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
                 self.rows = Some(RowBuffer::new(shape, key));
             }
             if let Some(rows) = self.rows.as_mut() {
-                rows.push(&mut self.row).map_err(|e| Error::Operator(format!("{}: {e}", self.what)))?;
+                rows.push(&mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
             }
         }
         self.first_unsent.get_or_insert_with(Instant::now);

@@ -144,7 +144,7 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
         let policy = self.config.retry.clone();
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         let retries = self.retries.clone();
-        policy.run_counted(&what, &retries, |_| self.connection().map(|_| ()))
+        policy.run_counted("redis", &what, &retries, |_| self.connection().map(|_| ()))
     }
 
     fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
@@ -187,7 +187,7 @@ impl<T: Data + RedisHash> Sink for RedisSink<T> {
         let what = format!("{}: writing {} keys", self.what, newest.len());
         let policy = self.config.retry.clone();
         let retries = self.retries.clone();
-        policy.run_counted(&what, &retries, |_| self.send(&pipe))
+        policy.run_counted("redis", &what, &retries, |_| self.send(&pipe))
     }
 
     fn pre_commit(

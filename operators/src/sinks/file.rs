@@ -70,17 +70,20 @@ fn publish(from: &Path, to: &Path) -> Result<()> {
         Ok(()) => sync_dir(to.parent().unwrap_or(Path::new(".")))?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             if !same_file(from, to) && from.exists() {
-                return Err(Error::Operator(format!(
-                    "publishing {}: {} already exists and holds other records; refusing to overwrite it \
+                return Err(Error::config(
+                    "output",
+                    format!(
+                        "publishing {}: {} already exists and holds other records; refusing to overwrite it \
                      (does another job or run write into the same output directory?)",
-                    from.display(),
-                    to.display()
-                )));
+                        from.display(),
+                        to.display()
+                    ),
+                ));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => return Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Operator(format!(
+            return Err(Error::OutputLost(format!(
                 "pre-committed file {} is missing and was never published: its records are lost \
                  (was the output directory changed between runs?)",
                 from.display()
@@ -168,7 +171,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         let mut keep = std::collections::HashSet::new();
         for blob in snapshots {
             let pending: Vec<Pending> = serde_json::from_slice(&blob)
-                .map_err(|e| Error::Operator(format!("file sink: corrupt pre-commit state: {e}")))?;
+                .map_err(|e| Error::CorruptState(format!("file sink: corrupt pre-commit state: {e}")))?;
             for p in pending.into_iter().filter(|p| p.checkpoint <= restored) {
                 publish(&self.in_progress().join(&p.pending), &self.dir.join(&p.published))?;
                 keep.insert(p.pending);
@@ -209,7 +212,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         for r in batch {
             line.clear();
             serde_json::to_writer(&mut line, &r.value)
-                .map_err(|e| Error::Operator(format!("serializing a record to JSON: {e}")))?;
+                .map_err(|e| Error::BadRecord(format!("serializing a record to JSON: {e}")))?;
             line.push(b'\n');
             w.write_all(&line).map_err(io("writing an output file".to_string()))?;
         }
@@ -238,7 +241,7 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         }
         serde_json::to_vec(&self.pending)
             .map(Some)
-            .map_err(|e| Error::Operator(format!("file sink: encoding pre-commit state: {e}")))
+            .map_err(|e| Error::Internal(format!("file sink: encoding pre-commit state: {e}")))
     }
 
     fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {

@@ -32,7 +32,7 @@ impl<T: Data + Serialize> Sink for StdoutSink<T> {
         for r in batch {
             buf.extend_from_slice(self.prefix.as_bytes());
             buf.push(b' ');
-            serde_json::to_writer(&mut buf, &r.value).map_err(|e| Error::Operator(format!("JSON: {e}")))?;
+            serde_json::to_writer(&mut buf, &r.value).map_err(|e| Error::BadRecord(format!("JSON: {e}")))?;
             buf.push(b'\n');
         }
         let mut out = std::io::stdout().lock();

@@ -88,7 +88,7 @@ struct KeyEntry<A> {
 }
 
 fn codec_err(what: &str, e: impl std::fmt::Display) -> caudal::Error {
-    caudal::Error::Operator(format!("window state {what}: {e}"))
+    caudal::Error::CorruptState(format!("window state {what}: {e}"))
 }
 
 fn encode<V: Serialize + ?Sized>(v: &V) -> Result<Vec<u8>> {

@@ -61,7 +61,7 @@ pub(crate) struct BroadcastState {
 }
 
 fn codec_error(map: &str, e: impl std::fmt::Display) -> Error {
-    Error::Operator(format!("broadcast state `{map}`: {e}"))
+    Error::CorruptState(format!("broadcast state `{map}`: {e}"))
 }
 
 fn encode<T: Serialize + ?Sized>(map: &str, v: &T) -> Result<Vec<u8>> {
@@ -140,7 +140,7 @@ impl<K> KeyedContext<'_, K> {
         state: &'s BroadcastStateDescriptor<UK, V>,
     ) -> Result<BroadcastView<'s, UK, V>> {
         let all = self.broadcast.ok_or_else(|| {
-            Error::Operator(format!(
+            Error::Graph(format!(
                 "broadcast state `{}`: this function is not connected to a broadcast stream",
                 state.name
             ))

@@ -18,7 +18,7 @@ const CLEANUP_AT_BARRIER: usize = 4096;
 const CLEANUP_PER_SECOND: usize = 1024;
 
 fn key_codec_error(e: impl std::fmt::Display) -> Error {
-    Error::Operator(format!("process function key: {e}"))
+    Error::CorruptState(format!("process function key: {e}"))
 }
 
 /// A keyed process subtask's timers, known states and side records.

@@ -74,7 +74,7 @@ pub(crate) struct SideRecords(Vec<Record<(u64, Vec<u8>)>>);
 impl SideRecords {
     pub(crate) fn push<S: Serialize>(&mut self, tag: &OutputTag<S>, ts: Timestamp, value: &S) -> Result<()> {
         let bytes = bincode::serde::encode_to_vec(value, bincode::config::standard())
-            .map_err(|e| Error::Operator(format!("side output `{}`: {e}", tag.id())))?;
+            .map_err(|e| Error::Internal(format!("side output `{}`: {e}", tag.id())))?;
         self.0.push(Record::new(ts, (tag.hash(), bytes)));
         Ok(())
     }
@@ -128,7 +128,7 @@ impl<O: Data, S: Data> Operator for SideOutput<O, S> {
                 if hash == self.hash {
                     let (value, _) =
                         bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
-                            .map_err(|e| Error::Operator(format!("side output `{}`: {e}", self.id)))?;
+                            .map_err(|e| Error::CorruptState(format!("side output `{}`: {e}", self.id)))?;
                     out.push(Record::new(r.ts, value));
                 }
             }

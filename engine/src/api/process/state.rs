@@ -364,7 +364,7 @@ impl StateRegistry {
 }
 
 fn codec_error(state: &StateId, e: impl std::fmt::Display) -> Error {
-    Error::Operator(format!("state `{}`: {e}", state.name()))
+    Error::CorruptState(format!("state `{}`: {e}", state.name()))
 }
 
 fn encode<T: Serialize + ?Sized>(state: &StateId, v: &T) -> Result<Vec<u8>> {

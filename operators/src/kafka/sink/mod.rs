@@ -80,7 +80,7 @@ impl<T: Data> KafkaSink<T> {
             .iter()
             .map(|blob| {
                 serde_json::from_slice(blob).map_err(|e| {
-                    Error::Operator(format!(
+                    Error::CorruptState(format!(
                         "kafka sink into `{}`: the checkpointed transaction list is corrupt: {e}",
                         self.config.topic
                     ))
@@ -209,7 +209,7 @@ impl<T: Data> Sink for KafkaSink<T> {
                 let snapshot = txns.pre_commit(checkpoint)?;
                 serde_json::to_vec(&snapshot)
                     .map(Some)
-                    .map_err(|e| Error::Operator(format!("kafka sink: encoding its snapshot: {e}")))
+                    .map_err(|e| Error::Internal(format!("kafka sink: encoding its snapshot: {e}")))
             }
             Mode::Plain(producer) if self.config.delivery == DeliveryGuarantee::AtLeastOnce => {
                 producer.flush()?;

@@ -170,8 +170,9 @@ impl SinkProducer {
         if timestamp > 0 {
             record = record.timestamp(timestamp);
         }
-        send_waiting(&self.producer, record)
-            .map_err(|e| Error::Operator(format!("kafka sink: producing into `{}`: {e}", self.topic)))
+        send_waiting(&self.producer, record).map_err(|e| {
+            Error::external("kafka", format!("kafka sink: producing into `{}`: {e}", self.topic))
+        })
     }
 
     /// Serves delivery reports without waiting.
@@ -181,9 +182,9 @@ impl SinkProducer {
 
     /// Waits until every queued record is acknowledged; fails if any was not.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.producer
-            .flush(self.timeout)
-            .map_err(|e| Error::Operator(format!("kafka sink: flushing into `{}`: {e}", self.topic)))?;
+        self.producer.flush(self.timeout).map_err(|e| {
+            Error::external("kafka", format!("kafka sink: flushing into `{}`: {e}", self.topic))
+        })?;
         self.check_deliveries()
     }
 
@@ -193,11 +194,14 @@ impl SinkProducer {
             return Ok(());
         }
         let first = self.watch.first_error.lock().clone().unwrap_or_default();
-        Err(Error::Operator(format!(
-            "kafka sink: {} record(s) into `{}` were not delivered; first: {first}",
-            self.watch.failed.load(Ordering::Relaxed),
-            self.topic
-        )))
+        Err(Error::external(
+            "kafka",
+            format!(
+                "kafka sink: {} record(s) into `{}` were not delivered; first: {first}",
+                self.watch.failed.load(Ordering::Relaxed),
+                self.topic
+            ),
+        ))
     }
 
     pub(crate) fn timeout(&self) -> Duration {

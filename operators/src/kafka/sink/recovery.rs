@@ -99,7 +99,7 @@ impl Recovery<'_> {
             let known = self
                 .coordinator
                 .describe(&transactional_id(self.prefix, beyond, 0))
-                .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
+                .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))?;
             if known.is_some() {
                 mine.push(beyond);
                 unknown_in_a_row = 0;
@@ -129,7 +129,7 @@ impl Recovery<'_> {
                 Ok(())
             }
             Err(e @ TxnCoordinatorError::Unreachable { .. }) => {
-                Err(Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))
+                Err(Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))
             }
             Err(e) => {
                 if let Some(later) = committed_in(self.later, txn) {
@@ -148,7 +148,7 @@ impl Recovery<'_> {
                     .flatten()
                     .map(|d| format!("{} (producer {} epoch {})", d.state, d.producer_id, d.producer_epoch))
                     .unwrap_or_else(|| "unknown".into());
-                Err(Error::Operator(format!(
+                Err(Error::OutputLost(format!(
                     "kafka sink into `{}`: the transaction of checkpoint {} (`{}`, producer {} epoch {}) \
                      can no longer be committed — its records are LOST ({e}; the coordinator now holds \
                      {now}). Was transaction.timeout.ms shorter than the time the job was down, or did \
@@ -165,7 +165,7 @@ impl Recovery<'_> {
             let described = self
                 .coordinator
                 .describe(&id)
-                .map_err(|e| Error::Operator(format!("kafka sink into `{}`: {e}", self.topic)))?;
+                .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))?;
             let Some(state) = described else { break };
             if state.is_open() && !committed.contains(&id) {
                 tracing::info!(
@@ -173,7 +173,12 @@ impl Recovery<'_> {
                     self.topic, state.producer_id, state.producer_epoch
                 );
                 self.coordinator.end_txn(&id, state.producer_id, state.producer_epoch, false).map_err(
-                    |e| Error::Operator(format!("kafka sink into `{}`: aborting `{id}`: {e}", self.topic)),
+                    |e| {
+                        Error::external(
+                            "kafka",
+                            format!("kafka sink into `{}`: aborting `{id}`: {e}", self.topic),
+                        )
+                    },
                 )?;
             }
         }

@@ -54,7 +54,11 @@ impl<T: AvroRecord> KafkaSerializer<T> for AvroSerializer<T> {
         let client = RegistryClient::new(&self.registry_url)
             .map_err(|e| Error::Config { setting: "schema-registry".into(), message: e.to_string() })?;
         let serializer = Serializer::<T>::for_topic(&client, topic).map_err(|e| {
-            Error::Operator(format!("registering the schema of `{topic}` with {}: {e}", self.registry_url))
+            let message = format!("registering the schema of `{topic}` with {}: {e}", self.registry_url);
+            match e.is_retryable() {
+                true => Error::external("schema registry", message),
+                false => Error::external_refused("schema registry", message),
+            }
         })?;
         self.serializer = Some(serializer);
         Ok(())
@@ -83,7 +87,7 @@ pub struct JsonSerializer;
 impl<T: serde::Serialize> KafkaSerializer<T> for JsonSerializer {
     fn serialize(&mut self, record: &T, _key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool> {
         serde_json::to_writer(value, record)
-            .map_err(|e| Error::Operator(format!("serializing a record to JSON: {e}")))?;
+            .map_err(|e| Error::BadRecord(format!("serializing a record to JSON: {e}")))?;
         Ok(false)
     }
 }

@@ -441,10 +441,13 @@ impl Transactions {
     }
 
     fn fatal(&self, what: &str, txn: &TxnProducer, e: KafkaError) -> Error {
-        Error::Operator(format!(
-            "kafka sink into `{}`: {what} transaction `{}` (index {}, producer {} epoch {}): {e}",
-            self.config.topic, txn.transactional_id, txn.index, txn.producer_id, txn.producer_epoch
-        ))
+        Error::external(
+            "kafka",
+            format!(
+                "kafka sink into `{}`: {what} transaction `{}` (index {}, producer {} epoch {}): {e}",
+                self.config.topic, txn.transactional_id, txn.index, txn.producer_id, txn.producer_epoch
+            ),
+        )
     }
 }
 
@@ -468,18 +471,21 @@ impl ProducerMaker {
                         self.config.topic
                     ),
                 },
-                _ => Error::Operator(format!(
-                    "kafka sink into `{}`: init_transactions of `{transactional_id}`: {e}",
-                    self.config.topic
-                )),
+                _ => Error::external(
+                    "kafka",
+                    format!(
+                        "kafka sink into `{}`: init_transactions of `{transactional_id}`: {e}",
+                        self.config.topic
+                    ),
+                ),
             }
         })?;
         let described = self
             .coordinator
             .describe(&transactional_id)
-            .map_err(|e| Error::Operator(format!("kafka sink: {e}")))?
+            .map_err(|e| Error::external("kafka", format!("kafka sink: {e}")))?
             .ok_or_else(|| {
-                Error::Operator(format!(
+                Error::Internal(format!(
                     "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
                 ))
             })?;

@@ -55,13 +55,13 @@ impl DeadLetters {
             record = record.key(key);
         }
         send_waiting(&self.producer, record)
-            .map_err(|e| Error::Operator(format!("dead-letter topic `{}`: {e}", self.topic)))
+            .map_err(|e| Error::external("kafka", format!("dead-letter topic `{}`: {e}", self.topic)))
     }
 
     /// Waits until every dead letter is acknowledged (at each barrier).
     pub(crate) fn flush(&self) -> Result<()> {
         self.producer
             .flush(Duration::from_secs(60))
-            .map_err(|e| Error::Operator(format!("dead-letter topic `{}`: {e}", self.topic)))
+            .map_err(|e| Error::external("kafka", format!("dead-letter topic `{}`: {e}", self.topic)))
     }
 }

@@ -101,6 +101,26 @@ struct Positions {
     ends: BTreeMap<i32, i64>,
 }
 
+impl Positions {
+    /// The positions of `topic` in the restored snapshots of this subtask (all of them
+    /// after a rescale: each holds some partitions).
+    fn restored(topic: &str, blobs: &[Vec<u8>]) -> Result<Positions> {
+        let mut all = Positions { topic: topic.to_owned(), offsets: BTreeMap::new(), ends: BTreeMap::new() };
+        for blob in blobs {
+            let positions: Positions = serde_json::from_slice(blob).map_err(|e| {
+                Error::CorruptState(format!(
+                    "kafka source `{topic}`: the checkpointed offsets are corrupt: {e}"
+                ))
+            })?;
+            if positions.topic == topic {
+                all.offsets.extend(positions.offsets);
+                all.ends.extend(positions.ends);
+            }
+        }
+        Ok(all)
+    }
+}
+
 /// Per-partition state and gauges.
 struct PartitionState {
     partition: i32,
@@ -157,9 +177,140 @@ impl<T> std::fmt::Debug for KafkaSourceReader<T> {
     }
 }
 
+/// The consumer's settings: the source's defaults, then the user's properties over them.
+fn consumer_config(config: &KafkaSourceConfig, group: &str) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        // librdkafka pauses fetching a partition this long once its local queue holds
+        // `queued.min.messages`; at its default (1 s) the reader drains the queue well
+        // before and then waits: 155 k records/s where it reads 1.6 M with 10 ms
+        // (benches/README.md, "Where the Kafka path waited").
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
+        .set("statistics.interval.ms", config.lag_interval.as_millis().max(100).to_string())
+        .set(
+            "auto.offset.reset",
+            match config.start_from {
+                StartFrom::Earliest | StartFrom::Committed => "earliest",
+                StartFrom::Latest => "latest",
+            },
+        );
+    for (k, v) in &config.properties {
+        client.set(k, v);
+    }
+    client
+}
+
+/// The topic's partitions this subtask reads (partition `p` goes to subtask `p % parallelism`).
+fn partitions_of_subtask(
+    consumer: &BaseConsumer<LagContext>,
+    config: &KafkaSourceConfig,
+    ctx: &SourceContext,
+) -> Result<Vec<i32>> {
+    let topic = config.topic.as_str();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(kafka_error(topic, &format!("reading metadata from {}", config.brokers)))?;
+    let all: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if all.is_empty() {
+        return Err(Error::Config {
+            setting: "input-topic".into(),
+            message: format!("topic `{topic}` does not exist on {} (create it first)", config.brokers),
+        });
+    }
+    let mut mine: Vec<i32> = all
+        .into_iter()
+        .filter(|p| u32::try_from(*p).is_ok_and(|p| p % ctx.parallelism.max(1) == ctx.subtask))
+        .collect();
+    mine.sort_unstable();
+    Ok(mine)
+}
+
+/// The consumer group's committed offsets of `partitions` (those it has).
+fn committed_offsets(
+    consumer: &BaseConsumer<LagContext>,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<BTreeMap<i32, i64>> {
+    let mut tpl = TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition(topic, *p);
+    }
+    Ok(consumer
+        .committed_offsets(tpl, METADATA_TIMEOUT)
+        .map_err(kafka_error(topic, "reading the group's committed offsets"))?
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Decides where each of `mine` starts (restored offset, else the group's committed one,
+/// else `StartFrom`) and where a bounded read ends, and assigns them to the consumer.
+fn assign(
+    consumer: &BaseConsumer<LagContext>,
+    config: &KafkaSourceConfig,
+    ctx: &SourceContext,
+    mine: Vec<i32>,
+    restored: &Positions,
+    committed: &BTreeMap<i32, i64>,
+) -> Result<Vec<PartitionState>> {
+    let topic = config.topic.as_str();
+    let mut partitions = Vec::with_capacity(mine.len());
+    let mut assignment = TopicPartitionList::new();
+    for p in mine {
+        let known = restored.offsets.get(&p).or_else(|| committed.get(&p)).copied();
+        let restored_end = restored.ends.get(&p).copied().filter(|_| config.bounded);
+        let watermarks = if known.is_none() || (config.bounded && restored_end.is_none()) {
+            Some(
+                consumer
+                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                    .map_err(kafka_error(topic, &format!("reading the offsets of partition {p}")))?,
+            )
+        } else {
+            None
+        };
+        let end = if config.bounded { restored_end.or(watermarks.map(|(_, high)| high)) } else { None };
+        // Where a partition not read before starts, as an offset: a snapshot taken before
+        // its first record then still says where it starts (else a restore would apply
+        // `StartFrom` again: `Latest` would skip what came since the first start).
+        let next = match (known, watermarks) {
+            (Some(o), _) => o,
+            (None, Some((low, high))) => match config.start_from {
+                StartFrom::Earliest | StartFrom::Committed => low,
+                StartFrom::Latest => high,
+            },
+            (None, None) => 0,
+        };
+        assignment
+            .add_partition_offset(topic, p, Offset::Offset(next))
+            .map_err(kafka_error(topic, "assigning partitions"))?;
+        // Unknown until the first statistics / the first checkpoint (or the restored one).
+        let gauges = PartitionGauges::new(&ctx.metrics, topic, p);
+        gauges.checkpointed.store(known.unwrap_or(-1), Ordering::Relaxed);
+        consumer.context().partitions.write().insert(p, gauges.clone());
+        partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
+    }
+    consumer.assign(&assignment).map_err(kafka_error(topic, "assigning partitions"))?;
+    Ok(partitions)
+}
+
 fn kafka_error<'a>(topic: &'a str, what: &str) -> impl Fn(KafkaError) -> Error + 'a {
     let what = what.to_owned();
-    move |e| Error::Operator(format!("kafka source `{topic}`: {what}: {e}"))
+    move |e| Error::external("kafka", format!("kafka source `{topic}`: {what}: {e}"))
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -176,123 +327,18 @@ impl<T> KafkaSourceReader<T> {
             .clone()
             .unwrap_or_else(|| format!("caudal-{}-{}", ctx.job_name, ctx.operator_name));
         crate::kafka::properties::check_consumer_properties(&config.properties)?;
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &config.brokers)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("isolation.level", "read_committed")
-            .set("enable.partition.eof", "true")
-            // librdkafka pauses fetching a partition this long once its local queue holds
-            // `queued.min.messages`; at its default (1 s) the reader drains the queue well
-            // before and then waits: 155 k records/s where it reads 1.6 M with 10 ms
-            // (benches/README.md, "Where the Kafka path waited").
-            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
-            .set("statistics.interval.ms", config.lag_interval.as_millis().max(100).to_string())
-            .set(
-                "auto.offset.reset",
-                match config.start_from {
-                    StartFrom::Earliest | StartFrom::Committed => "earliest",
-                    StartFrom::Latest => "latest",
-                },
-            );
-        for (k, v) in &config.properties {
-            client.set(k, v);
-        }
         let context = LagContext { topic: topic.to_owned(), partitions: RwLock::new(BTreeMap::new()) };
-        let consumer: BaseConsumer<LagContext> = client
+        let consumer: BaseConsumer<LagContext> = consumer_config(config, &group)
             .create_with_context(context)
             .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })?;
-
-        let metadata = consumer
-            .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-            .map_err(kafka_error(topic, &format!("reading metadata from {}", config.brokers)))?;
-        let all: Vec<i32> = metadata
-            .topics()
-            .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect();
-        if all.is_empty() {
-            return Err(Error::Config {
-                setting: "input-topic".into(),
-                message: format!("topic `{topic}` does not exist on {} (create it first)", config.brokers),
-            });
-        }
-        let mut mine: Vec<i32> = all
-            .into_iter()
-            .filter(|p| u32::try_from(*p).is_ok_and(|p| p % ctx.parallelism.max(1) == ctx.subtask))
-            .collect();
-        mine.sort_unstable();
-
-        let mut restored_offsets = BTreeMap::new();
-        let mut restored_ends = BTreeMap::new();
-        for blob in restored {
-            let positions: Positions = serde_json::from_slice(blob).map_err(|e| {
-                Error::Operator(format!("kafka source `{topic}`: the checkpointed offsets are corrupt: {e}"))
-            })?;
-            if positions.topic == topic {
-                restored_offsets.extend(positions.offsets);
-                restored_ends.extend(positions.ends);
-            }
-        }
+        let mine = partitions_of_subtask(&consumer, config, ctx)?;
+        let checkpointed = Positions::restored(topic, restored)?;
         let committed = if restored.is_empty() && config.start_from == StartFrom::Committed {
-            let mut tpl = TopicPartitionList::new();
-            for p in &mine {
-                tpl.add_partition(topic, *p);
-            }
-            consumer
-                .committed_offsets(tpl, METADATA_TIMEOUT)
-                .map_err(kafka_error(topic, "reading the group's committed offsets"))?
-                .elements()
-                .iter()
-                .filter_map(|e| match e.offset() {
-                    Offset::Offset(o) => Some((e.partition(), o)),
-                    _ => None,
-                })
-                .collect::<BTreeMap<_, _>>()
+            committed_offsets(&consumer, topic, &mine)?
         } else {
             BTreeMap::new()
         };
-
-        let mut partitions = Vec::with_capacity(mine.len());
-        let mut assignment = TopicPartitionList::new();
-        for p in mine {
-            let known = restored_offsets.get(&p).or_else(|| committed.get(&p)).copied();
-            let restored_end = restored_ends.get(&p).copied().filter(|_| config.bounded);
-            let watermarks = if known.is_none() || (config.bounded && restored_end.is_none()) {
-                Some(
-                    consumer
-                        .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-                        .map_err(kafka_error(topic, &format!("reading the offsets of partition {p}")))?,
-                )
-            } else {
-                None
-            };
-            let end = if config.bounded { restored_end.or(watermarks.map(|(_, high)| high)) } else { None };
-            // Where a partition not read before starts, as an offset: a snapshot taken before
-            // its first record then still says where it starts (else a restore would apply
-            // `StartFrom` again: `Latest` would skip what came since the first start).
-            let next = match (known, watermarks) {
-                (Some(o), _) => o,
-                (None, Some((low, high))) => match config.start_from {
-                    StartFrom::Earliest | StartFrom::Committed => low,
-                    StartFrom::Latest => high,
-                },
-                (None, None) => 0,
-            };
-            assignment
-                .add_partition_offset(topic, p, Offset::Offset(next))
-                .map_err(kafka_error(topic, "assigning partitions"))?;
-            // Unknown until the first statistics / the first checkpoint (or the restored one).
-            let gauges = PartitionGauges::new(&ctx.metrics, topic, p);
-            gauges.checkpointed.store(known.unwrap_or(-1), Ordering::Relaxed);
-            consumer.context().partitions.write().insert(p, gauges.clone());
-            partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
-        }
-        consumer.assign(&assignment).map_err(kafka_error(topic, "assigning partitions"))?;
-
+        let partitions = assign(&consumer, config, ctx, mine, &checkpointed, &committed)?;
         let dead_letters = match &config.dead_letter_topic {
             Some(dlq) => Some(DeadLetters::new(&config.brokers, dlq)?),
             None => None,
@@ -504,10 +550,13 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                     }
                 }
                 Err(DecodeError::Unavailable(reason)) => {
-                    return Err(Error::Operator(format!(
+                    return Err(Error::external(
+                        "schema registry",
+                        format!(
                         "kafka source `{}`: cannot decode partition {partition} offset {offset}: {reason}",
                         self.topic
-                    )));
+                    ),
+                    ));
                 }
             }
             self.partitions[i].next = offset + 1;
@@ -540,7 +589,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
         let blob = serde_json::to_vec(&positions);
         self.last_covered = self.covered(&positions);
         self.last_positions = Some(positions);
-        blob.map_err(|e| Error::Operator(format!("kafka source `{}`: encoding offsets: {e}", self.topic)))
+        blob.map_err(|e| Error::Internal(format!("kafka source `{}`: encoding offsets: {e}", self.topic)))
     }
 
     fn on_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {

@@ -11,6 +11,7 @@
 //! `CAUDAL_REQUIRE_STACK` is set.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../jobs/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
 use caudal::{Batch, CheckpointConfig, JobConfig, OperatorContext, StreamEnv, WatermarkStrategy};
