@@ -172,6 +172,28 @@ pub mod kafka_txn_gauges {
     }
 }
 
+/// Names of the info entries ([`SubtaskMetrics::set_info`]) that hold a Kafka connector's
+/// effective client settings: `kafka.consumer.<property>` and `kafka.producer.<property>`.
+pub mod kafka_client_settings {
+    /// A Kafka source's consumer.
+    pub const CONSUMER: &str = "consumer";
+    /// A Kafka sink's producers (one setting list for all of a subtask's producers; the
+    /// per-producer `transactional.id` is left out).
+    pub const PRODUCER: &str = "producer";
+
+    /// The info name of `property` of a `client` ([`CONSUMER`] or [`PRODUCER`]).
+    pub fn name(client: &str, property: &str) -> String {
+        format!("kafka.{client}.{property}")
+    }
+
+    /// `(client, property)` of an info name made by [`name`].
+    pub fn parse(name: &str) -> Option<(&str, &str)> {
+        let rest = name.strip_prefix("kafka.")?;
+        let (client, property) = rest.split_once('.')?;
+        (matches!(client, CONSUMER | PRODUCER) && !property.is_empty()).then_some((client, property))
+    }
+}
+
 /// How long a latency histogram window lasts: a read covers the current window and the one
 /// before, i.e. the last 30 to 60 s.
 pub const LATENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
@@ -280,6 +302,7 @@ pub struct SubtaskMetrics {
     pub backpressured_ns: AtomicU64,
     custom: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     gauges: Mutex<BTreeMap<String, Arc<AtomicI64>>>,
+    info: Mutex<BTreeMap<String, String>>,
     latency: Mutex<LatencyHistogram>,
 }
 
@@ -295,6 +318,7 @@ impl Default for SubtaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             custom: Mutex::new(BTreeMap::new()),
             gauges: Mutex::new(BTreeMap::new()),
+            info: Mutex::new(BTreeMap::new()),
             latency: Mutex::new(LatencyHistogram::default()),
         }
     }
@@ -318,6 +342,7 @@ impl SubtaskMetrics {
             backpressured_ns: self.backpressured_ns.load(Ordering::Relaxed),
             counters: self.custom_values(),
             gauges: self.gauge_values(),
+            info: self.info.lock().clone(),
             latency: self.latency(),
         }
     }
@@ -342,6 +367,9 @@ impl SubtaskMetrics {
             gauges.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
         }
         drop(gauges);
+        if *self.info.lock() != s.info {
+            self.info.lock().clone_from(&s.info);
+        }
         self.latency.lock().summary = s.latency;
     }
 
@@ -359,6 +387,13 @@ impl SubtaskMetrics {
     /// The current value of every gauge.
     pub fn gauge_values(&self) -> BTreeMap<String, i64> {
         self.gauges.lock().iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Says a fact about this subtask that is text, not a number, e.g. an effective client
+    /// setting (`kafka.producer.linger.ms` = `5`, see [`kafka_client_settings`]); shown by
+    /// the REST API, carried to the job manager in cluster mode. Set once, at start.
+    pub fn set_info(&self, name: impl Into<String>, value: impl Into<String>) {
+        self.info.lock().insert(name.into(), value.into());
     }
 
     /// Record the age of a latency marker that reached this subtask, in microseconds.
@@ -433,6 +468,8 @@ pub struct OperatorSnapshot {
     pub counters: BTreeMap<String, u64>,
     /// Gauges of every subtask (names are unique per subtask, e.g. per Kafka partition).
     pub gauges: BTreeMap<String, i64>,
+    /// Text facts of the subtasks (the first subtask's value where they differ).
+    pub info: BTreeMap<String, String>,
     /// Record latency over all subtasks (from latency markers; `None`: none arrived).
     pub latency: Option<LatencySummary>,
 }
@@ -459,6 +496,8 @@ pub struct SubtaskSnapshot {
     pub counters: BTreeMap<String, u64>,
     /// Gauges (per Kafka partition: end offset, checkpointed offset, lag, …).
     pub gauges: BTreeMap<String, i64>,
+    /// Text facts ([`SubtaskMetrics::set_info`]).
+    pub info: BTreeMap<String, String>,
     /// Record latency (from latency markers; `None`: none arrived).
     pub latency: Option<LatencySummary>,
 }
@@ -507,6 +546,12 @@ impl MetricsRegistry {
                     }
                 }
                 let gauges = subtasks.iter().flat_map(|s| s.gauges.clone()).collect();
+                let mut info = BTreeMap::new();
+                for s in &subtasks {
+                    for (k, v) in &s.info {
+                        info.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
                 OperatorSnapshot {
                     id: op.id,
                     name: op.name.clone(),
@@ -519,6 +564,7 @@ impl MetricsRegistry {
                     subtasks,
                     counters,
                     gauges,
+                    info,
                     latency,
                 }
             })
@@ -539,6 +585,16 @@ mod tests {
         assert_eq!(t::parse("kafka.t.1.lag"), None);
         assert_eq!(t::state_name(t::STATE_PRE_COMMITTED), Some("pre_committed"));
         assert_eq!(t::state_name(t::STATE_IDLE), None);
+    }
+
+    #[test]
+    fn kafka_client_setting_names_round_trip_with_dotted_properties() {
+        use super::kafka_client_settings as c;
+        assert_eq!(c::name(c::PRODUCER, "linger.ms"), "kafka.producer.linger.ms");
+        assert_eq!(c::parse("kafka.producer.linger.ms"), Some(("producer", "linger.ms")));
+        assert_eq!(c::parse("kafka.consumer.fetch.min.bytes"), Some(("consumer", "fetch.min.bytes")));
+        assert_eq!(c::parse("kafka.t.3.lag"), None);
+        assert_eq!(c::parse("kafka.producer."), None);
     }
 
     #[test]

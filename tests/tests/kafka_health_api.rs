@@ -64,6 +64,17 @@ fn partitions_of_sources_and_sinks_report_replicas_and_in_sync_replicas() {
             assert!(p["leader"].as_i64().unwrap() >= 0, "{p}");
         }
     }
+    // The effective client settings of both connectors (the UI's "Client settings").
+    let clients = v["clients"].as_array().unwrap();
+    let setting = |op: &str, client: &str, key: &str| {
+        let c = clients.iter().find(|c| c["operator"] == op && c["client"] == client);
+        c.and_then(|c| c["settings"][key].as_str()).map(str::to_string)
+    };
+    assert_eq!(setting("in", "consumer", "isolation.level").as_deref(), Some("read_committed"), "{v}");
+    assert_eq!(setting("in", "consumer", "bootstrap.servers"), Some(stack.brokers.clone()), "{v}");
+    assert!(setting("in", "consumer", "fetch.max.bytes").is_some(), "a librdkafka default shown: {v}");
+    assert_eq!(setting("out", "producer", "acks").as_deref(), Some("all"), "{v}");
+    assert_eq!(setting("out", "producer", "compression.type").as_deref(), Some("lz4"), "{v}");
     // The source's lag entries carry the same numbers.
     for p in v["sources"][0]["partitions"].as_array().unwrap() {
         assert_eq!((p["replicas"].as_i64(), p["in_sync_replicas"].as_i64()), (Some(1), Some(1)), "{p}");

@@ -489,7 +489,8 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
         ..JobConfig::default()
     };
     let (tx, rx) = std::sync::mpsc::channel();
-    let source = caudal_operators::kafka::KafkaSourceConfig::new(&stack.brokers, &topic);
+    let mut source = caudal_operators::kafka::KafkaSourceConfig::new(&stack.brokers, &topic);
+    source.properties.push(("fetch.min.bytes".into(), "2000".into()));
     // The readings are also written exactly-once into `out_topic`; the gate on a second
     // branch can hold a checkpoint open, so that a pre-committed transaction stays listed.
     let out_topic = kafka_support::unique("txn-ui");
@@ -497,6 +498,7 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     let mut sink = caudal_operators::kafka::KafkaSinkConfig::new(&stack.brokers, &out_topic)
         .transaction_timeout(Duration::from_secs(900));
     sink.transactional_id_prefix = Some(kafka_support::unique("txn-ui"));
+    sink.properties.push(("linger.ms".into(), "7".into()));
     let gate = Gate(Arc::new(AtomicBool::new(true)));
     let _open_on_drop = OpenOnDrop(gate.0.clone());
     let job_gate = gate.clone();
@@ -594,6 +596,26 @@ fn kafka_lag_panel_shows_every_partition_in_chromium() {
     assert_eq!(producers, json!([["kafka-out", "0", "0"]]), "(sink, errors, disconnects)");
     let summary = browser.eval("return document.querySelector('#kafka-health p').textContent;");
     assert!(summary.as_str().unwrap().contains("every partition in sync"), "{summary}");
+    // The effective client settings: the properties given, Caudal's own, librdkafka's
+    // defaults of the rest that matter, without the per-producer transactional id.
+    let settings = browser.wait_for(
+        "the effective client settings",
+        "const s = (op, client, key) => { const r = document.querySelector(
+           `#kafka-clients details[data-operator='${op}'][data-client='${client}'] tr[data-setting='${key}']`);
+           return r ? r.children[1].textContent : null; };
+         const v = [s('kafka-out', 'producer', 'linger.ms'), s('kafka-out', 'producer', 'acks'),
+           s('kafka-out', 'producer', 'enable.idempotence'), s('kafka-out', 'producer', 'batch.size'),
+           s('kafka-out', 'producer', 'transactional.id'), s('readings', 'consumer', 'fetch.min.bytes'),
+           s('readings', 'consumer', 'isolation.level'), s('readings', 'consumer', 'queued.min.messages')];
+         return v[0] ? v : null;",
+        Duration::from_secs(30),
+    );
+    let got: Vec<Option<&str>> = settings.as_array().unwrap().iter().map(|v| v.as_str()).collect();
+    assert_eq!(got[..3], [Some("7"), Some("all"), Some("true")], "{settings}");
+    assert!(got[3].is_some_and(|b| b.parse::<u64>().is_ok()), "batch.size, a default: {settings}");
+    assert_eq!(got[4], None, "the transactional id is per producer: {settings}");
+    assert_eq!(got[5..7], [Some("2000"), Some("read_committed")], "{settings}");
+    assert!(got[7].is_some_and(|n| n.parse::<u64>().is_ok()), "queued.min.messages, a default: {settings}");
     browser.eval("window.scrollTo(0, document.querySelector('#kafka-card').offsetTop - 70); return null;");
     browser.screenshot(&artifacts().join("kafka-lag.png"));
     // Checkpoints: a bar per checkpoint in the duration chart, rows with their alignment, and

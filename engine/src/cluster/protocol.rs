@@ -319,6 +319,7 @@ mod tests {
         executor.counter("late").store(2, std::sync::atomic::Ordering::Relaxed);
         executor.gauge("kafka.t.0.lag").store(17, std::sync::atomic::Ordering::Relaxed);
         executor.record_latency_us(1_500);
+        executor.set_info("kafka.producer.linger.ms", "5");
         let sent = SubtaskReport { operator: 3, subtask: 1, counters: executor.snapshot() };
         let mut buf = Vec::new();
         write_frame(&mut buf, &FromExecutor::Metrics { subtasks: vec![sent] }).unwrap();

@@ -9,7 +9,7 @@
 
 use super::registry::{JobEntry, SAMPLE_INTERVAL};
 use crate::job::JobStatus;
-use crate::metrics::{kafka_gauges, kafka_producer_gauges};
+use crate::metrics::{kafka_client_settings, kafka_gauges, kafka_producer_gauges};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,6 +31,41 @@ pub(crate) struct KafkaView {
     pub(crate) health: Vec<TopicHealth>,
     /// Per Kafka sink and broker, what its producers see (librdkafka's statistics).
     pub(crate) producers: Vec<ProducerBroker>,
+    /// The effective settings of every Kafka source's consumer and sink's producers.
+    pub(crate) clients: Vec<ClientSettings>,
+}
+
+/// The effective client settings of one Kafka source or sink operator: what Caudal and the
+/// user set (secrets masked) and librdkafka's defaults of the settings that decide
+/// throughput and durability.
+#[derive(Debug, Serialize)]
+pub(crate) struct ClientSettings {
+    pub(crate) operator_id: u32,
+    pub(crate) operator: String,
+    /// `consumer` or `producer`.
+    pub(crate) client: String,
+    pub(crate) settings: BTreeMap<String, String>,
+}
+
+fn clients_of(snapshot: &[crate::metrics::OperatorSnapshot]) -> Vec<ClientSettings> {
+    let mut out = Vec::new();
+    for op in snapshot {
+        let mut by_client: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
+        for (name, value) in &op.info {
+            if let Some((client, property)) = kafka_client_settings::parse(name) {
+                by_client.entry(client).or_default().insert(property.to_string(), value.clone());
+            }
+        }
+        for (client, settings) in by_client {
+            out.push(ClientSettings {
+                operator_id: op.id,
+                operator: op.name.clone(),
+                client: client.to_string(),
+                settings,
+            });
+        }
+    }
+    out
 }
 
 /// One broker as the producers of one sink operator see it: latencies are the largest over
@@ -253,6 +288,7 @@ impl KafkaView {
         let health = health_of(&snapshot);
         KafkaView {
             producers: producers_of(&snapshot),
+            clients: clients_of(&snapshot),
             under_replicated_partitions: health.iter().map(|h| h.under_replicated).sum(),
             health,
             job: job.view.name.clone(),

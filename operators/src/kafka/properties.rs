@@ -5,7 +5,56 @@
 //! them. Those are refused at start with the reason and what to use instead.
 
 use super::DeliveryGuarantee;
+use caudal::metrics::{kafka_client_settings, SubtaskMetrics};
 use caudal::{Error, Result};
+use rdkafka::ClientConfig;
+
+/// A producer's settings shown with their effective value even when nobody set them:
+/// librdkafka's defaults of what decides throughput, latency and durability.
+const PRODUCER_DEFAULTS: [&str; 9] = [
+    "acks",
+    "batch.num.messages",
+    "batch.size",
+    "enable.idempotence",
+    "max.in.flight.requests.per.connection",
+    "message.max.bytes",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "retries",
+];
+
+/// The same for a consumer.
+const CONSUMER_DEFAULTS: [&str; 6] = [
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.wait.max.ms",
+    "max.partition.fetch.bytes",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+];
+
+/// Publishes the effective settings of a client built from `client` as info entries of
+/// the subtask ([`kafka_client_settings`]): what Caudal and the user set (secrets masked by
+/// rdkafka, the per-producer `transactional.id` left out), and librdkafka's defaults of
+/// [`PRODUCER_DEFAULTS`] or [`CONSUMER_DEFAULTS`] (`kind`: `producer` or `consumer`).
+pub(crate) fn publish_effective(client: &ClientConfig, kind: &str, metrics: &SubtaskMetrics) {
+    let native = client.create_native_config().ok();
+    let set = client.config_map();
+    let defaults: &[&str] =
+        if kind == kafka_client_settings::PRODUCER { &PRODUCER_DEFAULTS } else { &CONSUMER_DEFAULTS };
+    for key in defaults {
+        if !set.contains_key(key) {
+            if let Some(value) = native.as_ref().and_then(|n| n.get(key).ok()) {
+                metrics.set_info(kafka_client_settings::name(kind, key), value);
+            }
+        }
+    }
+    for (key, value) in set {
+        if key != "transactional.id" {
+            metrics.set_info(kafka_client_settings::name(kind, key), value);
+        }
+    }
+}
 
 /// Parses `K=V` (the CLI form).
 pub fn parse_property(kv: &str) -> std::result::Result<(String, String), String> {

@@ -13,6 +13,7 @@ function kafkaCardHtml() {
         <div id="kafka-table"></div>
       </div>
       <div id="kafka-health"></div>
+      <div id="kafka-clients"></div>
     </section>`;
 }
 
@@ -40,6 +41,7 @@ function renderKafka(kafka) {
   if (!card) return;
   card.hidden = !kafka.sources.length && !kafka.health.length;
   renderKafkaHealth(kafka);
+  renderKafkaClients(kafka);
   $("#kafka-lag-part").hidden = !kafka.sources.length;
   if (!kafka.sources.length) return;
   const series = kafkaSeries(kafka);
@@ -169,6 +171,26 @@ function renderKafkaProducers(kafka) {
     <table id="kafka-producers-table"><thead><tr><th>Sink</th><th class="num">Broker</th><th class="num">Request p50 ms</th>
       <th class="num">p99 ms</th><th class="num">Requests</th><th class="num">Errors</th><th class="num">Retries</th>
       <th class="num">Timeouts</th><th class="num">Disconnects</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+// The effective settings of each source's consumer and sink's producers. They are fixed at
+// start, so the list is drawn again only when it changes (an open <details> stays open).
+let kafkaClientsShown = null;
+function renderKafkaClients(kafka) {
+  const clients = kafka.clients || [];
+  const json = JSON.stringify(clients);
+  const box = $("#kafka-clients");
+  if (!box || (json === kafkaClientsShown && box.childElementCount)) return;
+  kafkaClientsShown = json;
+  const lists = clients.map((c) => {
+    const rows = Object.entries(c.settings).map(([k, v]) =>
+      `<tr data-setting="${esc(k)}"><td class="mono">${esc(k)}</td><td class="mono">${esc(v)}</td></tr>`).join("");
+    return `<details class="kafka-client pad-x" data-operator="${esc(c.operator)}" data-client="${esc(c.client)}">
+      <summary>${esc(c.operator)} <span class="muted">${esc(c.client)} · ${Object.keys(c.settings).length} settings</span></summary>
+      <table><thead><tr><th>Setting</th><th>Effective value</th></tr></thead><tbody>${rows}</tbody></table></details>`;
+  }).join("");
+  box.innerHTML = !clients.length ? "" : `<p class="pad-x"><b>Client settings</b>
+      <span class="muted">(what Caudal and --producer-property / --consumer-property set, and librdkafka's defaults of the rest that matter; secrets masked)</span></p>${lists}`;
 }
 
 // A span of milliseconds in words: 850 ms, 12.3 s, 4 min 10 s, 2 h 5 min; "—" when unknown.

@@ -22,6 +22,7 @@ pub use serialize::{AvroSerializer, JsonSerializer, KafkaSerializer, KeyFn};
 pub use transactions::{RecordedTxn, SinkSnapshot};
 
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
+use caudal::metrics::kafka_client_settings::PRODUCER;
 use caudal::{Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
 use producer::SinkProducer;
 use recovery::{LaterCheckpoint, Recovery};
@@ -119,6 +120,9 @@ impl<T: Data> Sink for KafkaSink<T> {
             );
         }
         self.serializer.open(&self.config.topic)?;
+        let transactional = (self.config.delivery == DeliveryGuarantee::ExactlyOnce).then_some("");
+        let settings = SinkProducer::client_config(&self.config, transactional, true)?;
+        crate::kafka::properties::publish_effective(&settings, PRODUCER, &ctx.metrics);
         self.mode = match self.config.delivery {
             DeliveryGuarantee::ExactlyOnce if !ctx.checkpointing => {
                 return Err(Error::config(

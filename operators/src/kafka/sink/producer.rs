@@ -129,6 +129,23 @@ impl SinkProducer {
         transactional_id: Option<&str>,
         stats: Option<Arc<BrokerStats>>,
     ) -> Result<Self> {
+        let client = Self::client_config(config, transactional_id, stats.is_some())?;
+        let watch = Arc::new(DeliveryWatch::default());
+        let producer =
+            client.create_with_context(WatchingContext(watch.clone(), stats)).map_err(|e| Error::Config {
+                setting: "kafka producer".into(),
+                message: format!("{e} (sink into `{}`)", config.topic),
+            })?;
+        Ok(SinkProducer { producer, watch, topic: config.topic.clone(), timeout: config.request_timeout })
+    }
+
+    /// The settings of a producer of `config`: the sink's defaults, then the user's
+    /// properties over them (checked first).
+    pub(crate) fn client_config(
+        config: &KafkaSinkConfig,
+        transactional_id: Option<&str>,
+        statistics: bool,
+    ) -> Result<ClientConfig> {
         crate::kafka::properties::check_producer_properties(&config.properties, config.delivery)?;
         let mut client = ClientConfig::new();
         client
@@ -145,19 +162,13 @@ impl SinkProducer {
                 .set("transactional.id", id)
                 .set("transaction.timeout.ms", config.transaction_timeout.as_millis().to_string());
         }
-        if stats.is_some() {
+        if statistics {
             client.set("statistics.interval.ms", "1000");
         }
         for (k, v) in &config.properties {
             client.set(k, v);
         }
-        let watch = Arc::new(DeliveryWatch::default());
-        let producer =
-            client.create_with_context(WatchingContext(watch.clone(), stats)).map_err(|e| Error::Config {
-                setting: "kafka producer".into(),
-                message: format!("{e} (sink into `{}`)", config.topic),
-            })?;
-        Ok(SinkProducer { producer, watch, topic: config.topic.clone(), timeout: config.request_timeout })
+        Ok(client)
     }
 
     /// Queues one record (stamped `timestamp` when positive, else now), waiting while

@@ -4,6 +4,7 @@ use super::dead_letter::{DeadLetters, Origin};
 use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
 use crate::kafka::health::{Probed, HEALTH_INTERVAL};
+use caudal::metrics::kafka_client_settings::CONSUMER;
 use caudal::metrics::kafka_gauges;
 use caudal::types::MIN_WATERMARK;
 use caudal::{CheckpointId, Error, Result, SourceContext, SourceOutput, SourcePoll, SourceReader};
@@ -328,7 +329,9 @@ impl<T> KafkaSourceReader<T> {
             .unwrap_or_else(|| format!("caudal-{}-{}", ctx.job_name, ctx.operator_name));
         crate::kafka::properties::check_consumer_properties(&config.properties)?;
         let context = LagContext { topic: topic.to_owned(), partitions: RwLock::new(BTreeMap::new()) };
-        let consumer: BaseConsumer<LagContext> = consumer_config(config, &group)
+        let settings = consumer_config(config, &group);
+        crate::kafka::properties::publish_effective(&settings, CONSUMER, &ctx.metrics);
+        let consumer: BaseConsumer<LagContext> = settings
             .create_with_context(context)
             .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })?;
         let mine = partitions_of_subtask(&consumer, config, ctx)?;
