@@ -1,9 +1,10 @@
 //! The `temperature` pipeline of the reference architecture:
 //! generator → °F→°C → anomaly filter → key by sensor → 1-minute tumbling windows
 //! (count, min, max, mean °C) → sink; the converted readings are a second output, and with
-//! a silence set, silent-sensor alerts (`alerts.rs`) a third.
+//! a silence set, silent-sensor alerts (`alerts.rs`) a third. With a limits file or topic,
+//! the anomaly filter's bounds change while the job runs (`limits/`).
 
-use caudal::{DataStream, RateLimited, Result, StreamEnv, WatermarkStrategy};
+use caudal::{DataStream, RateLimited, Result, Source, StreamEnv, WatermarkStrategy};
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{
@@ -19,7 +20,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::alerts::SilenceDetector;
+use crate::limits::{
+    EndsWith, InputEnd, LimitChange, LimitLine, LimitsFile, LimitsFilter, SplitRejected, UntilInputEnds,
+    CONTROL_IDLENESS, REJECTED_LIMITS,
+};
+use caudal_operators::kafka::{JsonSerializer, KafkaSource};
 pub use caudal_schemas::{AlertKind, ProcessedReading, SensorAlert, WindowStats};
+use std::sync::Arc;
 
 /// °F → °C.
 pub fn to_celsius(r: SensorReading) -> ProcessedReading {
@@ -150,6 +157,29 @@ pub struct KafkaOutput {
     pub properties: Vec<(String, String)>,
 }
 
+/// Where the anomaly limits come from (see `limits/`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LimitsInput {
+    /// JSON lines in a file watched on disk; rejected lines go to `<output>/rejected-limits`
+    /// (file sink), stdout, or `dead_letter_topic` (Kafka sink).
+    File {
+        /// The file.
+        path: PathBuf,
+        /// With the Kafka sink: where rejected lines go (`None`: counted and logged only).
+        dead_letter_topic: Option<String>,
+    },
+    /// JSON records of a Kafka topic; rejected ones are counted and go to the source's
+    /// dead-letter topic.
+    Kafka {
+        /// `host:port[,…]`.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// Where records that are not changes go.
+        dead_letter_topic: Option<String>,
+    },
+}
+
 /// The serving and storage sinks, each optional, besides the main [`SinkKind`].
 #[derive(Debug, Clone, Default)]
 pub struct ServeSinks {
@@ -192,6 +222,8 @@ pub struct TemperatureJob {
     /// Raise silent-sensor alerts after this much event time without a reading (`None`:
     /// no alerts).
     pub silence: Option<Duration>,
+    /// Dynamic anomaly limits (`None`: the fixed −50 < °C < 60).
+    pub limits: Option<LimitsInput>,
 }
 
 /// Names of the job's operators (metrics, progress line, UI), which are also their uids:
@@ -230,6 +262,14 @@ pub mod names {
     pub const ALERTS_SINK: &str = "alerts-sink";
     /// Alerts into PostgreSQL.
     pub const ALERTS_POSTGRES: &str = "alerts-postgres";
+    /// The limit changes (file or topic).
+    pub const LIMITS_SOURCE: &str = "limits-source";
+    /// Changes from rejected lines of the limits file.
+    pub const LIMITS_CHECK: &str = "limits-check";
+    /// The anomaly filter with dynamic limits (broadcast state).
+    pub const ANOMALY_LIMITS: &str = "anomaly-limits";
+    /// Rejected lines of the limits file.
+    pub const REJECTED_LIMITS_SINK: &str = "rejected-limits-sink";
 }
 
 impl TemperatureJob {
@@ -238,9 +278,12 @@ impl TemperatureJob {
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(self.out_of_orderness, |r: &SensorReading| r.ts)
                 .with_idleness(Duration::from_secs(30));
+        // With dynamic limits, the control stream ends when the readings do.
+        let end = self.limits.as_ref().map(|_| InputEnd::new());
         let raw = match &self.source {
             SourceKind::Generator(generator) => {
-                env.source(names::SOURCE, generator.clone().build()?, watermarks).uid(names::SOURCE)
+                let generator = generator.clone().build()?;
+                source(env, names::SOURCE, generator, watermarks, end.clone()).uid(names::SOURCE)
             }
             SourceKind::Kafka(input) => {
                 let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
@@ -250,9 +293,10 @@ impl TemperatureJob {
                 let source = config.build(AvroDecoder::<SensorReading>::factory(&input.schema_registry))?;
                 match input.max_records_per_second {
                     Some(rate) => {
-                        env.source(names::KAFKA_SOURCE, RateLimited::new(source, rate)?, watermarks)
+                        let limited = RateLimited::new(source, rate)?;
+                        self::source(env, names::KAFKA_SOURCE, limited, watermarks, end.clone())
                     }
-                    None => env.source(names::KAFKA_SOURCE, source, watermarks),
+                    None => self::source(env, names::KAFKA_SOURCE, source, watermarks, end.clone()),
                 }
                 .uid(names::KAFKA_SOURCE)
             }
@@ -267,7 +311,15 @@ impl TemperatureJob {
                 .name(names::SILENCE)
                 .uid(names::SILENCE)
         });
-        let readings = celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER);
+        let readings = match (&self.limits, end) {
+            (Some(limits), Some(end)) => celsius
+                .key_by(|r: &ProcessedReading| r.sensor_id)
+                .connect(self.limit_changes(env, limits, end)?.broadcast())
+                .process(LimitsFilter::default())
+                .name(names::ANOMALY_LIMITS)
+                .uid(names::ANOMALY_LIMITS),
+            _ => celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER),
+        };
         let windows = readings
             .clone()
             .key_by(|r: &ProcessedReading| r.sensor_id)
@@ -344,6 +396,65 @@ impl TemperatureJob {
         Ok(())
     }
 
+    /// The checked limit changes, at parallelism 1, ending with the readings; their event
+    /// time is when they take effect, and a quiet control stream is idle.
+    fn limit_changes(
+        &self,
+        env: &StreamEnv,
+        limits: &LimitsInput,
+        end: Arc<InputEnd>,
+    ) -> Result<DataStream<LimitChange>> {
+        match limits {
+            LimitsInput::File { path, dead_letter_topic } => {
+                let watermarks = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, LimitLine::ts)
+                    .with_idleness(CONTROL_IDLENESS);
+                let lines = env
+                    .source(
+                        names::LIMITS_SOURCE,
+                        UntilInputEnds::new(LimitsFile::new(path)?, end),
+                        watermarks,
+                    )
+                    .parallelism(1)
+                    .uid(names::LIMITS_SOURCE);
+                let changes = lines.process(SplitRejected).name(names::LIMITS_CHECK).uid(names::LIMITS_CHECK);
+                let rejected = changes.side_output(&REJECTED_LIMITS);
+                let name = names::REJECTED_LIMITS_SINK;
+                match (&self.sink, dead_letter_topic) {
+                    (SinkKind::File(dir), _) => {
+                        let dir = dir.join("rejected-limits");
+                        rejected.sink(name, move |_| Ok(JsonFileSink::new(dir.clone()))).uid(name);
+                    }
+                    (SinkKind::Stdout, _) => {
+                        rejected.sink(name, |_| Ok(StdoutSink::new("rejected-limits"))).uid(name);
+                    }
+                    (SinkKind::Kafka(output), Some(topic)) => {
+                        let mut config =
+                            KafkaSinkConfig::new(&output.brokers, topic).delivery(output.delivery);
+                        config.transactional_id_prefix =
+                            output.transactional_id_prefix.as_ref().map(|p| format!("{p}-rejected-limits"));
+                        rejected.sink(name, move |_| config.build(JsonSerializer)).uid(name);
+                    }
+                    _ => {
+                        rejected.sink(name, |_| Ok(DiscardSink::default())).uid(name);
+                    }
+                }
+                Ok(changes)
+            }
+            LimitsInput::Kafka { brokers, topic, dead_letter_topic } => {
+                let mut config = KafkaSourceConfig::new(brokers, topic);
+                config.dead_letter_topic = dead_letter_topic.clone();
+                let watermarks =
+                    WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |c: &LimitChange| c.from_ts)
+                        .with_idleness(CONTROL_IDLENESS);
+                let source = UntilInputEnds::new(KafkaSource::<LimitChange>::json(config), end);
+                Ok(env
+                    .source(names::LIMITS_SOURCE, source, watermarks)
+                    .parallelism(1)
+                    .uid(names::LIMITS_SOURCE))
+            }
+        }
+    }
+
     fn sink<T: caudal::Data + Serialize + AvroRecord>(
         &self,
         stream: DataStream<T>,
@@ -384,5 +495,19 @@ impl TemperatureJob {
                 stream.sink(name, |_| Ok(DiscardSink::default())).uid(name);
             }
         }
+    }
+}
+
+/// Adds the readings' source, telling `end` (dynamic limits) when it finished.
+fn source<S: Source<Out = SensorReading>>(
+    env: &StreamEnv,
+    name: &str,
+    source: S,
+    watermarks: WatermarkStrategy<SensorReading>,
+    end: Option<Arc<InputEnd>>,
+) -> DataStream<SensorReading> {
+    match end {
+        Some(end) => env.source(name, EndsWith::new(source, end), watermarks),
+        None => env.source(name, source, watermarks),
     }
 }

@@ -27,6 +27,7 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
         sink: SinkKind::File(output.to_path_buf()),
         serve: Default::default(),
         silence: None,
+        limits: None,
     }
 }
 

@@ -285,6 +285,7 @@ fn start_temperature(
             sink: SinkKind::Discard,
             serve: Default::default(),
             silence: None,
+            limits: None,
         };
         let config =
             JobConfig { parallelism: 2, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };

@@ -187,6 +187,7 @@ fn run(args: &Args, clients: usize, marker: Option<Duration>) -> anyhow::Result<
         sink: SinkKind::Discard,
         serve: Default::default(),
         silence: None,
+        limits: None,
     };
     let config = JobConfig {
         parallelism: args.parallelism,

@@ -253,6 +253,7 @@ fn job(args: &Args) -> anyhow::Result<()> {
             archive: Some(ArchiveConfig::new(dir.join("archive").display().to_string())),
         },
         silence: None,
+        limits: None,
     }
     .build(&env)?;
     let start = Instant::now();

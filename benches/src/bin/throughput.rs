@@ -158,6 +158,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             sink: SinkKind::Discard,
             serve: Default::default(),
             silence: None,
+            limits: None,
         }
         .build(&env)?,
         Pipeline::Alerts => TemperatureJob {
@@ -167,6 +168,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             sink: SinkKind::Discard,
             serve: Default::default(),
             silence: Some(Duration::from_secs(30)),
+            limits: None,
         }
         .build(&env)?,
         Pipeline::Count | Pipeline::Timers => {

@@ -14,7 +14,7 @@ use caudal::{JobConfig, StreamEnv};
 use caudal_jobs::cli::KafkaArgs;
 use caudal_jobs::produce::Producer;
 use caudal_jobs::temperature::{
-    names, KafkaInput, KafkaOutput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
+    names, KafkaInput, KafkaOutput, LimitsInput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
 };
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, Outage};
@@ -219,6 +219,20 @@ struct Args {
     /// and the sensor_alerts table. Off when absent.
     #[arg(long, value_name = "SECS", value_parser = positive)]
     silence_secs: Option<f64>,
+    /// Change the anomaly filter's bounds per latitude band while the job runs: a file of
+    /// JSON lines, watched (appended lines, or the file replaced), e.g.
+    /// {"band":"tropics","lat_min":-23.5,"lat_max":23.5,"min_c":-10,"max_c":45,"from_ts":1767225615000}
+    /// — in force from that event time (ms); a line that is not a change is counted and
+    /// dead-lettered (<output>/rejected-limits, or --limits-dead-letter-topic), never applied.
+    #[arg(long, value_name = "PATH", conflicts_with = "limits_topic")]
+    limits_file: Option<PathBuf>,
+    /// The same changes as JSON records of a Kafka topic (on --brokers).
+    #[arg(long, value_name = "TOPIC")]
+    limits_topic: Option<String>,
+    /// Where limit changes that are not changes go in Kafka (with --limits-topic, or with
+    /// --limits-file and --sink kafka).
+    #[arg(long, value_name = "TOPIC")]
+    limits_dead_letter_topic: Option<String>,
     /// Delivery guarantee of --sink kafka.
     #[arg(long, value_enum, default_value_t = Delivery::ExactlyOnce)]
     delivery: Delivery,
@@ -463,6 +477,18 @@ fn main() -> anyhow::Result<()> {
             }),
         },
         silence: args.silence_secs.map(Duration::from_secs_f64),
+        limits: match (&args.limits_file, &args.limits_topic) {
+            (Some(path), _) => Some(LimitsInput::File {
+                path: path.clone(),
+                dead_letter_topic: args.limits_dead_letter_topic.clone(),
+            }),
+            (None, Some(topic)) => Some(LimitsInput::Kafka {
+                brokers: args.kafka.brokers.clone(),
+                topic: topic.clone(),
+                dead_letter_topic: args.limits_dead_letter_topic.clone(),
+            }),
+            (None, None) => None,
+        },
     };
     let mut env = StreamEnv::with_config(config);
     job.build(&env).context("building the temperature job")?;

@@ -52,6 +52,59 @@ pub struct Model {
     pub outages: &'static [(u64, i64, i64)],
     /// `--silence-secs` in ms (`None`: no alerts).
     pub silence_ms: Option<i64>,
+    /// The changes of `--limits-file` (none: the fixed −50 < °C < 60).
+    pub limits: &'static [Limit],
+}
+
+/// One line of a limits file: band, latitude range, °C bounds, in force from this many ms
+/// of event time after the first reading (`None`: from the beginning).
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub band: &'static str,
+    pub lat: (f64, f64),
+    pub celsius: (f64, f64),
+    pub from_ms: Option<i64>,
+}
+
+// Not every test binary that includes this module writes limits files.
+#[allow(dead_code)]
+impl Limit {
+    /// The line as the limits file has it.
+    pub fn json(&self) -> String {
+        let from = self
+            .from_ms
+            .map_or(String::new(), |ms| format!(r#","from_ts":{}"#, DEFAULT_BOUNDED_START_MS + ms));
+        format!(
+            r#"{{"band":"{}","lat_min":{},"lat_max":{},"min_c":{},"max_c":{}{from}}}"#,
+            self.band, self.lat.0, self.lat.1, self.celsius.0, self.celsius.1
+        )
+    }
+}
+
+impl Model {
+    /// Whether `temp_c` at `lat` and event time `ts` passes the anomaly filter: the bounds
+    /// of the first band (by name) whose latest change in force at `ts` covers `lat`.
+    fn plausible(&self, lat: f64, ts: i64, temp_c: f64) -> bool {
+        let t = ts - DEFAULT_BOUNDED_START_MS;
+        let mut bands: Vec<&str> = self.limits.iter().map(|l| l.band).collect();
+        bands.sort_unstable();
+        bands.dedup();
+        let mut bounds = (-50.0, 60.0);
+        for band in bands {
+            let mut in_force: Option<&Limit> = None;
+            for l in self.limits.iter().filter(|l| l.band == band) {
+                let from = l.from_ms.unwrap_or(i64::MIN);
+                if from <= t && in_force.is_none_or(|f| f.from_ms.unwrap_or(i64::MIN) <= from) {
+                    in_force = Some(l);
+                }
+            }
+            if let Some(l) = in_force.filter(|l| l.lat.0 <= lat && lat < l.lat.1) {
+                bounds = l.celsius;
+                break;
+            }
+        }
+        temp_c > bounds.0 && temp_c < bounds.1
+    }
 }
 
 impl Model {
@@ -65,6 +118,7 @@ impl Model {
         window_ms: 1000,
         outages: &[],
         silence_ms: None,
+        limits: &[],
     };
 
     fn silenced(&self, sensor: u64, ts: i64) -> bool {
@@ -139,7 +193,7 @@ pub fn expected_records(m: &Model) -> (Vec<WindowStats>, Vec<ProcessedReading>) 
         }
         let r = reading(m.seed, sensor, round, ts, m.faulty_fraction);
         let temp_c = (r.temp_f - 32.0) * 5.0 / 9.0;
-        if !(temp_c > -50.0 && temp_c < 60.0) {
+        if !m.plausible(r.lat, ts, temp_c) {
             continue;
         }
         let p =
