@@ -278,8 +278,15 @@ impl TemperatureJob {
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(self.out_of_orderness, |r: &SensorReading| r.ts)
                 .with_idleness(Duration::from_secs(30));
-        // With dynamic limits, the control stream ends when the readings do.
-        let end = self.limits.as_ref().map(|_| InputEnd::new());
+        // With dynamic limits in a bounded run, the control stream ends when the readings
+        // do (when they run in this process; else it is read to its end at start).
+        let bounded = match &self.source {
+            SourceKind::Generator(g) => g.records.is_some(),
+            SourceKind::Kafka(input) => input.bounded,
+        };
+        let end =
+            self.limits.as_ref().filter(|_| bounded && env.runs_in_one_process()).map(|_| InputEnd::new());
+        let read_to_end = bounded && !env.runs_in_one_process();
         let raw = match &self.source {
             SourceKind::Generator(generator) => {
                 let generator = generator.clone().build()?;
@@ -311,14 +318,14 @@ impl TemperatureJob {
                 .name(names::SILENCE)
                 .uid(names::SILENCE)
         });
-        let readings = match (&self.limits, end) {
-            (Some(limits), Some(end)) => celsius
+        let readings = match &self.limits {
+            Some(limits) => celsius
                 .key_by(|r: &ProcessedReading| r.sensor_id)
-                .connect(self.limit_changes(env, limits, end)?.broadcast())
+                .connect(self.limit_changes(env, limits, end, read_to_end)?.broadcast())
                 .process(LimitsFilter::default())
                 .name(names::ANOMALY_LIMITS)
                 .uid(names::ANOMALY_LIMITS),
-            _ => celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER),
+            None => celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER),
         };
         let windows = readings
             .clone()
@@ -396,26 +403,24 @@ impl TemperatureJob {
         Ok(())
     }
 
-    /// The checked limit changes, at parallelism 1, ending with the readings; their event
-    /// time is when they take effect, and a quiet control stream is idle.
+    /// The checked limit changes, at parallelism 1; their event time is when they take
+    /// effect, and a quiet control stream is idle. Watched until `end` (a bounded run in
+    /// one process), read to the end they have at start (`read_to_end`: a bounded run over
+    /// several processes), or watched for good (an unbounded run).
     fn limit_changes(
         &self,
         env: &StreamEnv,
         limits: &LimitsInput,
-        end: Arc<InputEnd>,
+        end: Option<Arc<InputEnd>>,
+        read_to_end: bool,
     ) -> Result<DataStream<LimitChange>> {
         match limits {
             LimitsInput::File { path, dead_letter_topic } => {
                 let watermarks = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, LimitLine::ts)
                     .with_idleness(CONTROL_IDLENESS);
-                let lines = env
-                    .source(
-                        names::LIMITS_SOURCE,
-                        UntilInputEnds::new(LimitsFile::new(path)?, end),
-                        watermarks,
-                    )
-                    .parallelism(1)
-                    .uid(names::LIMITS_SOURCE);
+                let file = LimitsFile::new(path)?;
+                let file = if read_to_end { file.to_its_end() } else { file };
+                let lines = control_source(env, file, watermarks, end);
                 let changes = lines.process(SplitRejected).name(names::LIMITS_CHECK).uid(names::LIMITS_CHECK);
                 let rejected = changes.side_output(&REJECTED_LIMITS);
                 let name = names::REJECTED_LIMITS_SINK;
@@ -441,16 +446,12 @@ impl TemperatureJob {
                 Ok(changes)
             }
             LimitsInput::Kafka { brokers, topic, dead_letter_topic } => {
-                let mut config = KafkaSourceConfig::new(brokers, topic);
+                let mut config = KafkaSourceConfig::new(brokers, topic).bounded(read_to_end);
                 config.dead_letter_topic = dead_letter_topic.clone();
                 let watermarks =
                     WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |c: &LimitChange| c.from_ts)
                         .with_idleness(CONTROL_IDLENESS);
-                let source = UntilInputEnds::new(KafkaSource::<LimitChange>::json(config), end);
-                Ok(env
-                    .source(names::LIMITS_SOURCE, source, watermarks)
-                    .parallelism(1)
-                    .uid(names::LIMITS_SOURCE))
+                Ok(control_source(env, KafkaSource::<LimitChange>::json(config), watermarks, end))
             }
         }
     }
@@ -510,4 +511,20 @@ fn source<S: Source<Out = SensorReading>>(
         Some(end) => env.source(name, EndsWith::new(source, end), watermarks),
         None => env.source(name, source, watermarks),
     }
+}
+
+/// Adds the limit changes' source at parallelism 1, ending with the readings when `end` is
+/// given.
+fn control_source<S: Source>(
+    env: &StreamEnv,
+    source: S,
+    watermarks: WatermarkStrategy<S::Out>,
+    end: Option<Arc<InputEnd>>,
+) -> DataStream<S::Out> {
+    match end {
+        Some(end) => env.source(names::LIMITS_SOURCE, UntilInputEnds::new(source, end), watermarks),
+        None => env.source(names::LIMITS_SOURCE, source, watermarks),
+    }
+    .parallelism(1)
+    .uid(names::LIMITS_SOURCE)
 }

@@ -182,6 +182,49 @@ fn task_managers_killed_one_after_another() {
     assert_equals_expected(&out, "three task managers killed");
 }
 
+/// Broadcast state across processes (#16): the temperature job with dynamic limits from a
+/// file, at parallelism 4 over three task managers — the broadcast edge carries every
+/// change to every subtask whichever executor runs it, and one task manager is killed
+/// mid-run, so the broadcast state is restored too. The readings equal what the input and
+/// the changes imply (each judged by its band's change in force at its time).
+#[test]
+fn limits_broadcast_to_every_executor_judge_the_readings_as_the_input_implies() {
+    const LIMITS: [oracle::Limit; 3] = [
+        oracle::Limit { band: "south", lat: (-90.0, 0.0), celsius: (-5.0, 30.0), from_ms: None },
+        oracle::Limit { band: "north", lat: (0.0, 90.0), celsius: (0.0, 25.0), from_ms: Some(10_000) },
+        oracle::Limit { band: "north", lat: (0.0, 90.0), celsius: (-10.0, 35.0), from_ms: Some(20_000) },
+    ];
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(3);
+    let out = c.dir.path().join("out");
+    let limits = c.dir.path().join("limits.jsonl");
+    let lines: Vec<String> = LIMITS.iter().map(oracle::Limit::json).collect();
+    std::fs::write(&limits, lines.join("\n") + "\nnot a change\n").unwrap();
+    let mut args = slow_job_args(&out);
+    args.extend(["--limits-file".to_string(), limits.display().to_string()]);
+    let o = c.submit(4, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    assert!(running["task_managers"].as_array().unwrap().len() > 1, "one process only: {running:#}");
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    c.kill_taskmanager(&victim);
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
+    let model = oracle::Model { limits: &LIMITS, ..MODEL };
+    let (windows, readings) = oracle::expected(&model);
+    assert_ne!(readings.len(), expected().1.len(), "the limits change the outcome");
+    let (got_r, got_w) = (published(&out, "readings"), published(&out, "windows"));
+    assert_eq!(got_r.len(), readings.len(), "readings{}", c.logs());
+    assert!(got_r == readings, "readings differ from what the input and the limits imply");
+    assert!(got_w == windows, "windows differ from what the input and the limits imply");
+    assert_eq!(published(&out, "rejected-limits").len(), 1, "the bad line, dead-lettered once");
+}
+
 /// An executor aborts after a snapshot, before its ack (checkpoint 3 is being aligned
 /// across processes): the job restarts and the output equals the clean run.
 #[test]

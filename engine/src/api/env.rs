@@ -152,6 +152,17 @@ impl StreamEnv {
         Ok(compile(&self.graph.borrow(), &self.config, job_name)?.plan)
     }
 
+    /// Whether every subtask of the job runs in this process, as in the embedded default:
+    /// state shared by operators through memory (an `Arc`) reaches all of them. `false` in
+    /// a cluster executor, which runs the subtasks the job manager gives it, beside others
+    /// in other processes.
+    pub fn runs_in_one_process(&self) -> bool {
+        !matches!(
+            crate::cluster::role::ClusterRole::from_env(),
+            Ok(crate::cluster::role::ClusterRole::Executor(_))
+        )
+    }
+
     /// Run the job until its bounded input ends, it is stopped, or a task fails.
     ///
     /// With checkpointing on (`config.checkpoints.interval`), a stop (Ctrl-C, SIGTERM,

@@ -75,6 +75,7 @@ impl ProcessFunction<LimitLine, LimitChange> for SplitRejected {
 #[derive(Debug, Clone)]
 pub struct LimitsFile {
     path: PathBuf,
+    watch: bool,
 }
 
 impl LimitsFile {
@@ -87,7 +88,14 @@ impl LimitsFile {
                 format!("{} is not a file (create it, empty or with changes, first)", path.display()),
             ));
         }
-        Ok(LimitsFile { path })
+        Ok(LimitsFile { path, watch: true })
+    }
+
+    /// Reads the file to the end it has when the reader first looks, then finishes (a
+    /// bounded run whose readings may end in another process: see `input_end.rs`).
+    pub fn to_its_end(mut self) -> Self {
+        self.watch = false;
+        self
     }
 }
 
@@ -119,6 +127,8 @@ impl Source for LimitsFile {
             path: self.path.clone(),
             position,
             owns,
+            watch: self.watch,
+            end: None,
             bad_records: ctx.metrics.counter("bad_records"),
             buf: Vec::new(),
         }))
@@ -129,6 +139,10 @@ struct LimitsFileReader {
     path: PathBuf,
     position: FilePosition,
     owns: bool,
+    /// Watch for more, or finish at `end`.
+    watch: bool,
+    /// Without `watch`: the file's length when first read.
+    end: Option<u64>,
     bad_records: Arc<AtomicU64>,
     /// Bytes read past the last complete line.
     buf: Vec<u8>,
@@ -163,10 +177,15 @@ impl SourceReader<LimitLine> for LimitsFileReader {
 
     fn poll(&mut self, out: &mut SourceOutput<'_, LimitLine>) -> Result<SourcePoll> {
         if !self.owns {
-            return Ok(SourcePoll::Pending(Duration::from_secs(1)));
+            return Ok(if self.watch {
+                SourcePoll::Pending(Duration::from_secs(1))
+            } else {
+                SourcePoll::Finished
+            });
         }
-        if !self.buf.contains(&b'\n') {
+        if !self.buf.contains(&b'\n') && (self.watch || self.end.is_none()) {
             self.read_new()?;
+            self.end.get_or_insert(self.position.offset + self.buf.len() as u64);
         }
         let mut emitted = false;
         while out.capacity_left() > 0 {
@@ -189,7 +208,14 @@ impl SourceReader<LimitLine> for LimitsFileReader {
             out.collect(0, parsed);
             emitted = true;
         }
-        Ok(if emitted { SourcePoll::Ready } else { SourcePoll::Pending(POLL_INTERVAL) })
+        Ok(match (emitted, self.watch) {
+            (true, _) => SourcePoll::Ready,
+            (false, true) => SourcePoll::Pending(POLL_INTERVAL),
+            (false, false) => {
+                out.finish_split(0);
+                SourcePoll::Finished
+            }
+        })
     }
 
     fn position(&mut self) -> Result<Vec<u8>> {

@@ -4,8 +4,11 @@
 //! The readings' source is wrapped in [`EndsWith`], which counts its subtasks that
 //! finished in an [`InputEnd`]; the control source is wrapped in [`UntilInputEnds`], which
 //! reads on until every reading subtask has finished and then finishes too. Both share the
-//! `InputEnd` through the job's process: subtasks in other processes (a cluster job spread
-//! over several executors) would not see it, and such a control source would run on.
+//! `InputEnd` through the job's process, so this is for a job whose subtasks all run in one
+//! process (`StreamEnv::runs_in_one_process`): a cluster executor would not see the
+//! readings' subtasks of other executors finish. There a bounded run reads the control
+//! stream to the end it has at start instead (`LimitsFile::to_its_end`, a bounded Kafka
+//! source).
 
 use caudal::{Result, Source, SourceContext, SourceOutput, SourcePoll, SourceReader};
 use std::sync::atomic::{AtomicU32, Ordering};
