@@ -5,6 +5,7 @@
 
 pub mod alerts;
 pub mod cli;
+pub mod enrich;
 pub mod limits;
 pub mod produce;
 pub mod temperature;

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::alerts::SilenceDetector;
+pub use crate::enrich::SensorMetadata;
 use crate::limits::{
     EndsWith, InputEnd, LimitChange, LimitLine, LimitsFile, LimitsFilter, SplitRejected, UntilInputEnds,
     CONTROL_IDLENESS, REJECTED_LIMITS,
@@ -37,6 +38,8 @@ pub fn to_celsius(r: SensorReading) -> ProcessedReading {
         lon: r.lon,
         temp_c: (r.temp_f - 32.0) * 5.0 / 9.0,
         temp_f: r.temp_f,
+        site: String::new(),
+        name: String::new(),
     }
 }
 
@@ -224,6 +227,8 @@ pub struct TemperatureJob {
     pub silence: Option<Duration>,
     /// Dynamic anomaly limits (`None`: the fixed −50 < °C < 60).
     pub limits: Option<LimitsInput>,
+    /// Each reading's site and name from a PostgreSQL table (`None`: left empty).
+    pub metadata: Option<SensorMetadata>,
 }
 
 /// Names of the job's operators (metrics, progress line, UI), which are also their uids:
@@ -270,6 +275,10 @@ pub mod names {
     pub const ANOMALY_LIMITS: &str = "anomaly-limits";
     /// Rejected lines of the limits file.
     pub const REJECTED_LIMITS_SINK: &str = "rejected-limits-sink";
+    /// Site and name looked up per reading (async I/O).
+    pub const METADATA: &str = "sensor-metadata";
+    /// The lookup's answer put on the reading.
+    pub const WITH_METADATA: &str = "with-metadata";
 }
 
 impl TemperatureJob {
@@ -326,6 +335,10 @@ impl TemperatureJob {
                 .name(names::ANOMALY_LIMITS)
                 .uid(names::ANOMALY_LIMITS),
             None => celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER),
+        };
+        let readings = match &self.metadata {
+            Some(metadata) => crate::enrich::enrich(readings, metadata)?,
+            None => readings,
         };
         let windows = readings
             .clone()

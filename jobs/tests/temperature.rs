@@ -28,6 +28,7 @@ fn job(records: u64, output: &Path) -> TemperatureJob {
         serve: Default::default(),
         silence: None,
         limits: None,
+        metadata: None,
     }
 }
 

@@ -89,6 +89,14 @@ pub struct ProcessedReading {
     pub temp_c: f64,
     /// Temperature in °F, as read.
     pub temp_f: f64,
+    /// The sensor's site, from its metadata (`--sensor-metadata`); empty when the job does
+    /// not enrich, or the sensor is not in the table. (Empty, not null: the serving sinks'
+    /// columns are `NOT NULL`, derived from the fields.)
+    #[serde(default)]
+    pub site: String,
+    /// The sensor's name, from its metadata; empty as `site`.
+    #[serde(default)]
+    pub name: String,
 }
 
 impl AvroRecord for ProcessedReading {
@@ -110,6 +118,8 @@ impl AvroRecord for ProcessedReading {
         put_double(out, self.lon);
         put_double(out, self.temp_c);
         put_double(out, self.temp_f);
+        put_string(out, &self.site);
+        put_string(out, &self.name);
     }
 
     #[inline]
@@ -121,6 +131,8 @@ impl AvroRecord for ProcessedReading {
             lon: get_double(buf)?,
             temp_c: get_double(buf)?,
             temp_f: get_double(buf)?,
+            site: get_string(buf)?,
+            name: get_string(buf)?,
         })
     }
 }

@@ -38,6 +38,8 @@ fn processed_value(r: &ProcessedReading) -> Value {
         ("lon", Value::Double(r.lon)),
         ("temp_c", Value::Double(r.temp_c)),
         ("temp_f", Value::Double(r.temp_f)),
+        ("site", Value::String(r.site.clone())),
+        ("name", Value::String(r.name.clone())),
     ])
 }
 
@@ -77,13 +79,15 @@ fn sensor() -> impl Strategy<Value = SensorReading> {
 }
 
 fn processed() -> impl Strategy<Value = ProcessedReading> {
-    (sensor(), any::<f64>()).prop_map(|(s, temp_c)| ProcessedReading {
+    (sensor(), any::<f64>(), ".{0,12}", ".{0,12}").prop_map(|(s, temp_c, site, name)| ProcessedReading {
         sensor_id: s.sensor_id,
         ts: s.ts,
         lat: s.lat,
         lon: s.lon,
         temp_c,
         temp_f: s.temp_f,
+        site,
+        name,
     })
 }
 
@@ -304,4 +308,33 @@ fn small_sensor_reading_is_compact() {
     let r = SensorReading { sensor_id: 1, ts: 1_700_000_000_000, lat: 0.0, lon: 0.0, temp_f: 0.0 };
     // 1 + 6 (varint of 1.7e12 zig-zagged) + 3 * 8.
     assert_eq!(r.to_vec().len(), 31);
+}
+
+/// `ProcessedReading` gained `site` and `name` (with defaults): BACKWARD compatible, and
+/// bytes written with the schema before them read with empty ones.
+#[test]
+fn processed_readings_written_before_site_and_name_read_with_them_empty() {
+    let old = caudal_schemas::codec::parse_schema(
+        r#"{"type":"record","name":"ProcessedReading","namespace":"io.caudal","fields":[
+            {"name":"sensor_id","type":"long"},
+            {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+            {"name":"lat","type":"double"},{"name":"lon","type":"double"},
+            {"name":"temp_c","type":"double"},{"name":"temp_f","type":"double"}]}"#,
+    )
+    .unwrap();
+    caudal_schemas::compat::check_backward(ProcessedReading::schema(), &old).unwrap();
+    let written = to_avro_datum(
+        &old,
+        record(vec![
+            ("sensor_id", Value::Long(7)),
+            ("ts", Value::TimestampMillis(1_000)),
+            ("lat", Value::Double(1.0)),
+            ("lon", Value::Double(2.0)),
+            ("temp_c", Value::Double(20.0)),
+            ("temp_f", Value::Double(68.0)),
+        ]),
+    )
+    .unwrap();
+    let read: ProcessedReading = decode_resolved(&old, Some(ProcessedReading::schema()), &written).unwrap();
+    assert_eq!((read.sensor_id, read.site.as_str(), read.name.as_str()), (7, "", ""));
 }

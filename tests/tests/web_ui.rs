@@ -286,6 +286,7 @@ fn start_temperature(
             serve: Default::default(),
             silence: None,
             limits: None,
+            metadata: None,
         };
         let config =
             JobConfig { parallelism: 2, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };

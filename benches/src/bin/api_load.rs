@@ -188,6 +188,7 @@ fn run(args: &Args, clients: usize, marker: Option<Duration>) -> anyhow::Result<
         serve: Default::default(),
         silence: None,
         limits: None,
+        metadata: None,
     };
     let config = JobConfig {
         parallelism: args.parallelism,

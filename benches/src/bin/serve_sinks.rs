@@ -254,6 +254,7 @@ fn job(args: &Args) -> anyhow::Result<()> {
         },
         silence: None,
         limits: None,
+        metadata: None,
     }
     .build(&env)?;
     let start = Instant::now();

@@ -159,6 +159,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             serve: Default::default(),
             silence: None,
             limits: None,
+            metadata: None,
         }
         .build(&env)?,
         Pipeline::Alerts => TemperatureJob {
@@ -169,6 +170,7 @@ fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend
             serve: Default::default(),
             silence: Some(Duration::from_secs(30)),
             limits: None,
+            metadata: None,
         }
         .build(&env)?,
         Pipeline::Count | Pipeline::Timers => {

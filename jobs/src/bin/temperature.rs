@@ -14,7 +14,8 @@ use caudal::{JobConfig, StreamEnv};
 use caudal_jobs::cli::KafkaArgs;
 use caudal_jobs::produce::Producer;
 use caudal_jobs::temperature::{
-    names, KafkaInput, KafkaOutput, LimitsInput, ServeSinks, SinkKind, SourceKind, TemperatureJob,
+    names, KafkaInput, KafkaOutput, LimitsInput, SensorMetadata, ServeSinks, SinkKind, SourceKind,
+    TemperatureJob,
 };
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, Outage};
@@ -233,6 +234,21 @@ struct Args {
     /// --limits-file and --sink kafka).
     #[arg(long, value_name = "TOPIC")]
     limits_dead_letter_topic: Option<String>,
+    /// Put each reading's site and name on it, looked up by sensor_id in a PostgreSQL table
+    /// (columns sensor_id BIGINT, site TEXT, name TEXT) through async I/O:
+    /// postgres://user[:password]@host:port/db. Empty for a sensor not in the table.
+    #[arg(long, value_name = "URL")]
+    sensor_metadata: Option<String>,
+    /// The table (or view) of --sensor-metadata, optionally schema.table.
+    #[arg(long, value_name = "NAME", default_value = "sensors")]
+    sensor_metadata_table: String,
+    /// How long one metadata lookup may take (then it is retried; after 3 retries the job
+    /// fails naming the reading).
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    lookup_timeout_ms: u64,
+    /// Sensors whose metadata is kept in memory (0: ask for every reading).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    lookup_cache_entries: usize,
     /// Delivery guarantee of --sink kafka.
     #[arg(long, value_enum, default_value_t = Delivery::ExactlyOnce)]
     delivery: Delivery,
@@ -489,6 +505,12 @@ fn main() -> anyhow::Result<()> {
             }),
             (None, None) => None,
         },
+        metadata: args.sensor_metadata.as_ref().map(|url| SensorMetadata {
+            table: args.sensor_metadata_table.clone(),
+            timeout: Duration::from_millis(args.lookup_timeout_ms.max(1)),
+            cache_entries: args.lookup_cache_entries,
+            ..SensorMetadata::new(url)
+        }),
     };
     let mut env = StreamEnv::with_config(config);
     job.build(&env).context("building the temperature job")?;

@@ -54,6 +54,9 @@ pub struct Model {
     pub silence_ms: Option<i64>,
     /// The changes of `--limits-file` (none: the fixed −50 < °C < 60).
     pub limits: &'static [Limit],
+    /// The `sensors` table of `--sensor-metadata`: (sensor_id, site, name); a sensor not in
+    /// it (or no table) has an empty site and name.
+    pub sites: &'static [(i64, &'static str, &'static str)],
 }
 
 /// One line of a limits file: band, latitude range, °C bounds, in force from this many ms
@@ -119,7 +122,16 @@ impl Model {
         outages: &[],
         silence_ms: None,
         limits: &[],
+        sites: &[],
     };
+
+    /// The site and name of `sensor` in [`Model::sites`] (empty when not there).
+    fn site_of(&self, sensor: i64) -> (String, String) {
+        self.sites
+            .iter()
+            .find(|s| s.0 == sensor)
+            .map_or((String::new(), String::new()), |s| (s.1.to_string(), s.2.to_string()))
+    }
 
     fn silenced(&self, sensor: u64, ts: i64) -> bool {
         let t = ts - DEFAULT_BOUNDED_START_MS;
@@ -196,8 +208,16 @@ pub fn expected_records(m: &Model) -> (Vec<WindowStats>, Vec<ProcessedReading>) 
         if !m.plausible(r.lat, ts, temp_c) {
             continue;
         }
-        let p =
-            ProcessedReading { sensor_id: r.sensor_id, ts, lat: r.lat, lon: r.lon, temp_c, temp_f: r.temp_f };
+        let p = ProcessedReading {
+            sensor_id: r.sensor_id,
+            ts,
+            lat: r.lat,
+            lon: r.lon,
+            temp_c,
+            temp_f: r.temp_f,
+            site: m.site_of(r.sensor_id).0,
+            name: m.site_of(r.sensor_id).1,
+        };
         let start = ts - ts.rem_euclid(m.window_ms);
         let w = windows.entry((p.sensor_id, start)).or_insert((0, f64::INFINITY, f64::NEG_INFINITY, 0.0));
         w.0 += 1;

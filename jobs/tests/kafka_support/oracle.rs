@@ -80,6 +80,8 @@ fn plausible(stack: &Stack, input: &str) -> Vec<ProcessedReading> {
                 lon: r.lon,
                 temp_c,
                 temp_f: r.temp_f,
+                site: String::new(),
+                name: String::new(),
             })
         })
         .collect()

@@ -13,7 +13,19 @@ const HOUR: i64 = 3_600_000;
 const START: i64 = 1_767_225_600_000; // 2026-01-01T00:00Z
 
 fn reading(sensor_id: i64, ts: i64) -> Record<ProcessedReading> {
-    Record::new(ts, ProcessedReading { sensor_id, ts, lat: 1.0, lon: 2.0, temp_c: 20.0, temp_f: 68.0 })
+    Record::new(
+        ts,
+        ProcessedReading {
+            sensor_id,
+            ts,
+            lat: 1.0,
+            lon: 2.0,
+            temp_c: 20.0,
+            temp_f: 68.0,
+            site: "roof".into(),
+            name: format!("sensor {sensor_id}"),
+        },
+    )
 }
 
 /// Published files (path → records), read back with apache-avro's reader.

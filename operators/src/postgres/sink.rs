@@ -35,9 +35,15 @@ use tokio_postgres::{Client, Statement};
 /// The SQL of the sink's table, derived from the first record.
 #[derive(Debug, Clone)]
 struct TableSql {
+    schema: String,
+    table: String,
     qualified: String,
     create: String,
     upsert: String,
+    /// `(column, ALTER TABLE … ADD COLUMN …)` of every column that is not in the key: a
+    /// record type that gained a field adds it to an existing table (nullable: the rows
+    /// written before have none).
+    add_columns: Vec<(String, String)>,
 }
 
 impl TableSql {
@@ -79,7 +85,16 @@ impl TableSql {
             unnest.join(", "),
             keys.join(", ")
         );
-        TableSql { qualified: t, create, upsert }
+        let add_columns = shape
+            .names
+            .iter()
+            .zip(&shape.types)
+            .filter(|(n, _)| !key.iter().any(|k| k == *n))
+            .map(|(n, ty)| {
+                (n.to_string(), format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {} {}", quote(n), ty.ddl()))
+            })
+            .collect();
+        TableSql { schema: schema.into(), table: table.into(), qualified: t, create, upsert, add_columns }
     }
 }
 
@@ -159,6 +174,32 @@ fn create_table(
         return Ok(());
     }
     ddl(rt, timeout, client, create)
+}
+
+/// Adds the columns of `table` an existing table lacks (the record type gained a field).
+fn add_missing_columns(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    client: &Client,
+    table: &TableSql,
+) -> Result<(), Failure> {
+    let rows = block(
+        rt,
+        timeout,
+        "looking up the table's columns",
+        client.query(
+            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+            &[&table.schema, &table.table],
+        ),
+    )?;
+    let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    for (column, alter) in &table.add_columns {
+        if !present.contains(column) {
+            tracing::info!("PostgreSQL sink: adding column `{column}` to {}", table.qualified);
+            ddl(rt, timeout, client, alter)?;
+        }
+    }
+    Ok(())
 }
 
 /// Creates the schema (unless it exists: creating needs a privilege using does not) and
@@ -264,6 +305,7 @@ impl<T> PostgresSink<T> {
         bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)?;
         if let Some(table) = &self.table {
             create_table(rt, timeout, client, &table.qualified, &table.create)?;
+            add_missing_columns(rt, timeout, client, table)?;
             self.upsert = Some(block(rt, timeout, "preparing the upsert", client.prepare(&table.upsert))?);
         }
         Ok(())

@@ -126,6 +126,40 @@ fn an_epoch_becomes_visible_when_its_checkpoint_completes_and_upserts_replace() 
     assert_eq!(epochs, 2, "one bookkeeping row per committed epoch");
 }
 
+/// A record type that gained a field (schema evolution): the sink adds the column to the
+/// table it finds; the rows written before have none (NULL).
+#[test]
+fn a_field_added_to_the_record_type_becomes_a_column_of_the_existing_table() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Sited {
+        sensor_id: u64,
+        ts: i64,
+        temp_c: f64,
+        site: String,
+    }
+    let Some(db) = Db::open("pg_evolve") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    let mut old = db.sink();
+    old.on_start(&mut ctx).unwrap();
+    old.write_batch(vec![reading(1, 0, 10.0)], &mut ctx).unwrap();
+    old.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    old.on_checkpoint_complete(CheckpointId(1), &mut ctx).unwrap();
+    drop(old);
+    let mut new = db.config().build::<Sited>().unwrap();
+    new.on_start(&mut ctx).unwrap();
+    new.write_batch(
+        vec![Record::new(5, Sited { sensor_id: 2, ts: 5, temp_c: 20.0, site: "roof".into() })],
+        &mut ctx,
+    )
+    .unwrap();
+    new.pre_commit(CheckpointId(2), &mut ctx).unwrap();
+    new.on_checkpoint_complete(CheckpointId(2), &mut ctx).unwrap();
+    let sql = format!("SELECT sensor_id, site FROM \"{}\".readings ORDER BY 1", db.schema);
+    let rows: Vec<(i64, Option<String>)> =
+        db.rt.block_on(db.client.query(&sql, &[])).unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(rows, vec![(1, None), (2, Some("roof".to_string()))]);
+}
+
 #[test]
 fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
     let Some(db) = Db::open("pg_restore") else { return };
