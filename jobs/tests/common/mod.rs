@@ -245,3 +245,27 @@ pub fn assert_shared_files_all_referenced(ckpt: &Path) {
         assert!(referenced.contains(f), "`{f}` is referenced by no retained checkpoint");
     }
 }
+
+/// The published output is what model `m` implies: readings, windows and alerts.
+pub fn assert_equals_model(d: &Dirs, m: &oracle::Model, what: &str) {
+    let (windows, readings) = oracle::expected(m);
+    assert_same_lines(&published(&d.out, "readings"), &readings, &format!("{what}: readings"));
+    assert_same_lines(&published(&d.out, "windows"), &windows, &format!("{what}: windows"));
+    let alerts = oracle::expected_alerts(m);
+    assert_same_lines(&published(&d.out, "alerts"), &alerts, &format!("{what}: alerts"));
+}
+
+/// Runs `args` until its first checkpoint completed, then `delay` more, and SIGKILLs it
+/// (which must still be running then).
+pub fn kill_after_first_checkpoint(d: &Dirs, args: &[String], delay: std::time::Duration) {
+    let mut child = spawn(args, false, &[]);
+    let start = std::time::Instant::now();
+    while !has_completed_checkpoint(&d.ckpt) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "no checkpoint completed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(delay);
+    assert!(child.try_wait().unwrap().is_none(), "the run ended before the kill");
+    child.kill().unwrap();
+    let _ = child.wait();
+}
