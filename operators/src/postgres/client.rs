@@ -93,6 +93,7 @@ pub(crate) fn classify(what: &str, e: &tokio_postgres::Error) -> Failure {
             || *code == SqlState::T_R_SERIALIZATION_FAILURE
             || *code == SqlState::T_R_DEADLOCK_DETECTED
             || *code == SqlState::QUERY_CANCELED
+            || *code == SqlState::LOCK_NOT_AVAILABLE
             || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT;
         return if transient { Failure::Transient(message) } else { Failure::Permanent(message) };
     }

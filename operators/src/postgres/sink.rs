@@ -177,30 +177,48 @@ fn create_table(
 }
 
 /// Adds the columns of `table` an existing table lacks (the record type gained a field).
+///
+/// `ALTER TABLE` waits for every lock on the table, and a prepared transaction of another
+/// subtask holds one until its checkpoint completes — which waits for this subtask: the
+/// `ALTER` gives up after [`ALTER_LOCK_TIMEOUT`], and when another subtask added the column
+/// meanwhile that is as good; otherwise it is retried.
 fn add_missing_columns(
     rt: &tokio::runtime::Runtime,
     timeout: Duration,
     client: &Client,
     table: &TableSql,
 ) -> Result<(), Failure> {
-    let rows = block(
-        rt,
-        timeout,
-        "looking up the table's columns",
-        client.query(
-            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
-            &[&table.schema, &table.table],
-        ),
-    )?;
-    let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    for (column, alter) in &table.add_columns {
-        if !present.contains(column) {
-            tracing::info!("PostgreSQL sink: adding column `{column}` to {}", table.qualified);
-            ddl(rt, timeout, client, alter)?;
+    let present = |what: &str| -> Result<Vec<String>, Failure> {
+        let rows = block(
+            rt,
+            timeout,
+            what,
+            client.query(
+                "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+                &[&table.schema, &table.table],
+            ),
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    };
+    let before = present("looking up the table's columns")?;
+    for (column, alter) in table.add_columns.iter().filter(|(c, _)| !before.contains(c)) {
+        tracing::info!("PostgreSQL sink: adding column `{column}` to {}", table.qualified);
+        let sql = format!(
+            "BEGIN; SET LOCAL lock_timeout = '{}ms'; {alter}; COMMIT",
+            ALTER_LOCK_TIMEOUT.as_millis()
+        );
+        if let Err(e) = block_raw(rt, timeout, "adding a column", client.batch_execute(&sql))? {
+            let _ = block_raw(rt, timeout, "rolling back", client.batch_execute("ROLLBACK"))?;
+            if !present("looking up the table's columns again")?.contains(column) {
+                return Err(classify(&format!("adding column `{column}`"), &e));
+            }
         }
     }
     Ok(())
 }
+
+/// How long adding a column waits for the table's locks.
+const ALTER_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Creates the schema (unless it exists: creating needs a privilege using does not) and
 /// the `caudal_sink_epochs` table.
