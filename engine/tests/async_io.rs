@@ -3,7 +3,7 @@
 //! restore at another parallelism, each exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use caudal::async_io::{AsyncOptions, AsyncResult};
+use caudal::async_io::{AsyncFailure, AsyncOptions, AsyncResult};
 use caudal::testing::CollectSink;
 use caudal::{JobConfig, StreamEnv};
 use std::collections::HashMap;
@@ -117,6 +117,52 @@ fn failed_and_timed_out_requests_are_retried_and_then_fail_the_job_naming_the_el
         err.contains("async_map: the request for 7 failed 4 times") && err.contains("timed out"),
         "{err}"
     );
+}
+
+/// `async_try_map`: an element out of attempts comes out as `Err(AsyncFailure)` in its place
+/// (in order, with its last error and attempts), the others as `Ok`, and the job finishes.
+#[test]
+fn with_async_try_map_an_element_out_of_attempts_comes_out_as_its_failure() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let f = move |v: &u64| -> AsyncResult<u64> {
+        let v = *v;
+        counted.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match v {
+                3 => Err(caudal::Error::Operator("3 is refused".into())),
+                7 => {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok(v)
+                }
+                _ => Ok(v * 10),
+            }
+        })
+    };
+    let env = StreamEnv::with_config(config(1));
+    let (sink, out) = CollectSink::new();
+    let options = AsyncOptions {
+        retries: 2,
+        retry_backoff: Duration::from_millis(1),
+        timeout: Duration::from_millis(50),
+        ..AsyncOptions::default()
+    };
+    env.from_iter("ids", 1..=8u64).async_try_map(f, options).sink("out", move |_| Ok(sink.clone()));
+    env.execute("try-lookup").unwrap();
+    let got = out.lock().clone();
+    let failure = |element: u64, error: &str| AsyncFailure { element, error: error.into(), attempts: 3 };
+    let want: Vec<Result<u64, AsyncFailure<u64>>> = vec![
+        Ok(10),
+        Ok(20),
+        Err(failure(3, "3 is refused")),
+        Ok(40),
+        Ok(50),
+        Ok(60),
+        Err(failure(7, "timed out after 50ms")),
+        Ok(80),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(calls.load(Ordering::SeqCst), 6 + 3 + 3, "the two failing elements three times each");
 }
 
 #[test]

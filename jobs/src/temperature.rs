@@ -279,6 +279,8 @@ pub mod names {
     pub const METADATA: &str = "sensor-metadata";
     /// The lookup's answer put on the reading.
     pub const WITH_METADATA: &str = "with-metadata";
+    /// Readings whose lookups all failed (`--on-lookup-failure side-output`).
+    pub const LOOKUP_FAILURES_SINK: &str = "lookup-failures-sink";
 }
 
 impl TemperatureJob {
@@ -337,7 +339,14 @@ impl TemperatureJob {
             None => celsius.filter(is_plausible).name(names::ANOMALY_FILTER).uid(names::ANOMALY_FILTER),
         };
         let readings = match &self.metadata {
-            Some(metadata) => crate::enrich::enrich(readings, metadata)?,
+            Some(metadata) => {
+                let (enriched, failures) = crate::enrich::enrich(readings, metadata)?;
+                if let Some(failures) = failures {
+                    let topic = metadata.failures_topic.as_ref();
+                    self.json_side_sink(failures, names::LOOKUP_FAILURES_SINK, "lookup-failures", topic);
+                }
+                enriched
+            }
             None => readings,
         };
         let windows = readings
@@ -436,26 +445,12 @@ impl TemperatureJob {
                 let lines = control_source(env, file, watermarks, end);
                 let changes = lines.process(SplitRejected).name(names::LIMITS_CHECK).uid(names::LIMITS_CHECK);
                 let rejected = changes.side_output(&REJECTED_LIMITS);
-                let name = names::REJECTED_LIMITS_SINK;
-                match (&self.sink, dead_letter_topic) {
-                    (SinkKind::File(dir), _) => {
-                        let dir = dir.join("rejected-limits");
-                        rejected.sink(name, move |_| Ok(JsonFileSink::new(dir.clone()))).uid(name);
-                    }
-                    (SinkKind::Stdout, _) => {
-                        rejected.sink(name, |_| Ok(StdoutSink::new("rejected-limits"))).uid(name);
-                    }
-                    (SinkKind::Kafka(output), Some(topic)) => {
-                        let mut config =
-                            KafkaSinkConfig::new(&output.brokers, topic).delivery(output.delivery);
-                        config.transactional_id_prefix =
-                            output.transactional_id_prefix.as_ref().map(|p| format!("{p}-rejected-limits"));
-                        rejected.sink(name, move |_| config.build(JsonSerializer)).uid(name);
-                    }
-                    _ => {
-                        rejected.sink(name, |_| Ok(DiscardSink::default())).uid(name);
-                    }
-                }
+                self.json_side_sink(
+                    rejected,
+                    names::REJECTED_LIMITS_SINK,
+                    "rejected-limits",
+                    dead_letter_topic.as_ref(),
+                );
                 Ok(changes)
             }
             LimitsInput::Kafka { brokers, topic, dead_letter_topic } => {
@@ -465,6 +460,37 @@ impl TemperatureJob {
                     WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |c: &LimitChange| c.from_ts)
                         .with_idleness(CONTROL_IDLENESS);
                 Ok(control_source(env, KafkaSource::<LimitChange>::json(config), watermarks, end))
+            }
+        }
+    }
+
+    /// A side output of JSON records (rejected limit changes, failed lookups): into
+    /// `<output>/<folder>` (file sink), stdout, or `topic` with the Kafka sink; else counted
+    /// by its sink and dropped.
+    fn json_side_sink<T: caudal::Data + Serialize>(
+        &self,
+        stream: DataStream<T>,
+        name: &str,
+        folder: &str,
+        topic: Option<&String>,
+    ) {
+        match (&self.sink, topic) {
+            (SinkKind::File(dir), _) => {
+                let dir = dir.join(folder);
+                stream.sink(name, move |_| Ok(JsonFileSink::new(dir.clone()))).uid(name);
+            }
+            (SinkKind::Stdout, _) => {
+                let prefix = folder.to_string();
+                stream.sink(name, move |_| Ok(StdoutSink::new(&prefix))).uid(name);
+            }
+            (SinkKind::Kafka(output), Some(topic)) => {
+                let mut config = KafkaSinkConfig::new(&output.brokers, topic).delivery(output.delivery);
+                config.transactional_id_prefix =
+                    output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{folder}"));
+                stream.sink(name, move |_| config.build(JsonSerializer)).uid(name);
+            }
+            _ => {
+                stream.sink(name, |_| Ok(DiscardSink::default())).uid(name);
             }
         }
     }

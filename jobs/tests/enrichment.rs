@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::oracle::Model;
+use common::oracle::{self, Model};
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -146,4 +146,36 @@ fn a_lookup_that_keeps_timing_out_fails_the_job_naming_the_reading() {
     assert!(err.contains("failed 4 times") && err.contains("timed out after 100ms"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
     assert!(published(&d.out, "readings").is_empty(), "nothing published without a completed lookup");
+}
+
+/// `--on-lookup-failure side-output`: the readings of a sensor whose lookup always fails (its
+/// row's site raises an error) go to `<output>/lookup-failures` with the error after both
+/// attempts (`--lookup-retries 1`); every other reading, and its windows, is what the model implies; the job ends.
+#[test]
+fn with_a_side_output_the_readings_whose_lookups_fail_go_there_and_the_job_goes_on() {
+    let Some(m) = Metadata::create("enrich_side") else { return };
+    m.execute(&format!(
+        "CREATE FUNCTION \"{s}\".site_of(id BIGINT, site TEXT) RETURNS TEXT LANGUAGE plpgsql AS $$ BEGIN \
+           IF id = 7 THEN RAISE EXCEPTION 'sensor 7 is broken'; END IF; RETURN site; END $$; \
+         CREATE VIEW \"{s}\".flaky AS SELECT sensor_id, \"{s}\".site_of(sensor_id, site) AS site, name FROM \"{s}\".sensors",
+        s = m.schema
+    ));
+    let d = dirs();
+    let args = m.args(&d, 2, "flaky", &["--on-lookup-failure", "side-output", "--lookup-retries", "1"]);
+    let (status, err) = wait(spawn(&args, false, &[]));
+    assert!(status.success(), "the run failed: {err}");
+    let (windows, readings) = oracle::expected(&MODEL);
+    let of_7 = |l: &String| l.starts_with(r#"{"sensor_id":7,"#);
+    let (failed, passed): (Vec<String>, Vec<String>) = readings.into_iter().partition(of_7);
+    let windows: Vec<String> = windows.into_iter().filter(|w| !of_7(w)).collect();
+    assert_same_lines(&published(&d.out, "readings"), &passed, "readings");
+    assert_same_lines(&published(&d.out, "windows"), &windows, "windows");
+    let failures = published(&d.out, "lookup-failures");
+    assert_eq!(failures.len(), failed.len(), "one failure per reading of sensor 7");
+    for f in &failures {
+        let v: serde_json::Value = serde_json::from_str(f).unwrap();
+        assert_eq!(v["reading"]["sensor_id"], 7, "{f}");
+        assert_eq!(v["attempts"], 2, "{f}");
+        assert!(v["error"].as_str().unwrap().contains("sensor 7 is broken"), "{f}");
+    }
 }

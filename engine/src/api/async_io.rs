@@ -6,7 +6,9 @@
 //! answers come (between two watermarks). At most `capacity` requests are in flight per
 //! subtask (then the task waits: backpressure); each gets `timeout` per attempt and
 //! `retries` more attempts after a failure or a timeout (backoff doubling from
-//! `retry_backoff`), then the job fails naming the element.
+//! `retry_backoff`), then the job fails naming the element — or, with
+//! `stream.async_try_map(f, options)`, the element comes out as an [`AsyncFailure`] in its
+//! place (`Err`), for a side output or a dead-letter sink.
 //!
 //! Exactly once: the elements in flight at a barrier (asked, not yet emitted) are the
 //! operator's snapshot; a restore asks for them again, spread over the new subtasks so
@@ -51,6 +53,32 @@ pub trait AsyncFunction<I, O>: Send + Sync + 'static {
 impl<I, O, F: Fn(&I) -> AsyncResult<O> + Send + Sync + 'static> AsyncFunction<I, O> for F {
     fn call(&self, input: &I) -> AsyncResult<O> {
         self(input)
+    }
+}
+
+/// An element whose request failed every attempt ([`DataStream::async_try_map`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AsyncFailure<T> {
+    /// The element.
+    pub element: T,
+    /// The last attempt's error (or timeout).
+    pub error: String,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+/// Makes the output of an element out of attempts (`async_try_map`).
+type Exhausted<I, O> = Arc<dyn Fn(I, String, u32) -> O + Send + Sync>;
+
+/// `f`, its answers wrapped in `Ok` (`async_try_map`).
+struct Succeeded<F>(F);
+
+impl<I: Send + 'static, O: Send + 'static, F: AsyncFunction<I, O>>
+    AsyncFunction<I, std::result::Result<O, AsyncFailure<I>>> for Succeeded<F>
+{
+    fn call(&self, input: &I) -> AsyncResult<std::result::Result<O, AsyncFailure<I>>> {
+        let future = self.0.call(input);
+        Box::pin(async move { future.await.map(Ok) })
     }
 }
 
@@ -104,7 +132,25 @@ impl<T: Data> DataStream<T> {
             self.graph.borrow_mut().error("async_map: capacity must be at least 1".into());
         }
         let f = Arc::new(f);
-        self.transform("async-map", move |_| AsyncMapOperator::new(f.clone(), options.clone()))
+        self.transform("async-map", move |_| AsyncMapOperator::new(f.clone(), options.clone(), None))
+    }
+
+    /// [`async_map`](DataStream::async_map), but an element whose request failed every
+    /// attempt comes out as `Err(AsyncFailure)` in its place instead of failing the job.
+    pub fn async_try_map<O: Data, F: AsyncFunction<T, O>>(
+        self,
+        f: F,
+        options: AsyncOptions,
+    ) -> DataStream<std::result::Result<O, AsyncFailure<T>>> {
+        if options.capacity == 0 {
+            self.graph.borrow_mut().error("async_try_map: capacity must be at least 1".into());
+        }
+        let f = Arc::new(Succeeded(f));
+        let exhausted: Exhausted<T, std::result::Result<O, AsyncFailure<T>>> =
+            Arc::new(|element, error, attempts| Err(AsyncFailure { element, error, attempts }));
+        self.transform("async-map", move |_| {
+            AsyncMapOperator::new(f.clone(), options.clone(), Some(exhausted.clone()))
+        })
     }
 }
 
@@ -124,10 +170,12 @@ pub(crate) struct AsyncMapOperator<I, O, F> {
     in_flight: BTreeMap<u64, InFlight<I, O>>,
     next: u64,
     answers: (Sender<Answer<O>>, Receiver<Answer<O>>),
+    /// `async_try_map`: what an element out of attempts becomes (`None`: the job fails).
+    exhausted: Option<Exhausted<I, O>>,
 }
 
 impl<I: Data, O: Data, F: AsyncFunction<I, O>> AsyncMapOperator<I, O, F> {
-    pub(crate) fn new(f: Arc<F>, options: AsyncOptions) -> Result<Self> {
+    pub(crate) fn new(f: Arc<F>, options: AsyncOptions, exhausted: Option<Exhausted<I, O>>) -> Result<Self> {
         runtime()?;
         Ok(AsyncMapOperator {
             f,
@@ -135,6 +183,7 @@ impl<I: Data, O: Data, F: AsyncFunction<I, O>> AsyncMapOperator<I, O, F> {
             in_flight: BTreeMap::new(),
             next: 0,
             answers: crossbeam_channel::unbounded(),
+            exhausted,
         })
     }
 
@@ -179,6 +228,11 @@ impl<I: Data, O: Data, F: AsyncFunction<I, O>> AsyncMapOperator<I, O, F> {
                 let value = entry.record.value.clone();
                 self.send(seq, attempt + 1, &value)?;
                 tracing::debug!("async_map: retrying element {seq} (attempt {}): {e}", attempt + 2);
+            }
+            Err(e) if self.exhausted.is_some() => {
+                if let Some(make) = &self.exhausted {
+                    entry.result = Some(make(entry.record.value.clone(), e, attempt + 1));
+                }
             }
             Err(e) => {
                 let element = format!("{:?}", entry.record.value);
@@ -332,8 +386,10 @@ mod tests {
     type Slow = fn(&u64) -> AsyncResult<u64>;
 
     fn harness() -> OperatorHarness<AsyncMapOperator<u64, u64, Slow>> {
-        OperatorHarness::new(AsyncMapOperator::new(Arc::new(slow as Slow), AsyncOptions::default()).unwrap())
-            .unwrap()
+        OperatorHarness::new(
+            AsyncMapOperator::new(Arc::new(slow as Slow), AsyncOptions::default(), None).unwrap(),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -12,6 +12,7 @@ use anyhow::Context;
 use caudal::metrics::{names as metric, OperatorSnapshot};
 use caudal::{JobConfig, StreamEnv};
 use caudal_jobs::cli::KafkaArgs;
+use caudal_jobs::enrich::LookupFailures;
 use caudal_jobs::produce::Producer;
 use caudal_jobs::temperature::{
     names, KafkaInput, KafkaOutput, LimitsInput, SensorMetadata, ServeSinks, SinkKind, SourceKind,
@@ -246,9 +247,22 @@ struct Args {
     /// fails naming the reading).
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     lookup_timeout_ms: u64,
+    /// Metadata lookups after the first, on an error or a timeout (backoff from 100 ms,
+    /// doubling).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    lookup_retries: u32,
     /// Sensors whose metadata is kept in memory (0: ask for every reading).
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     lookup_cache_entries: usize,
+    /// What a reading whose metadata lookups all failed does: fail the job (naming it), or
+    /// go to <output>/lookup-failures (or --lookup-failures-topic) with the error while the
+    /// job goes on.
+    #[arg(long, value_enum, default_value_t = OnLookupFailure::Fail)]
+    on_lookup_failure: OnLookupFailure,
+    /// With --on-lookup-failure side-output and --sink kafka: the topic of the failures
+    /// (JSON).
+    #[arg(long, value_name = "TOPIC")]
+    lookup_failures_topic: Option<String>,
     /// Delivery guarantee of --sink kafka.
     #[arg(long, value_enum, default_value_t = Delivery::ExactlyOnce)]
     delivery: Delivery,
@@ -409,6 +423,15 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--on-lookup-failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnLookupFailure {
+    /// Fail the job, naming the reading.
+    Fail,
+    /// Send the reading to the lookup-failures output and go on.
+    SideOutput,
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match &args.command {
@@ -509,6 +532,12 @@ fn main() -> anyhow::Result<()> {
             table: args.sensor_metadata_table.clone(),
             timeout: Duration::from_millis(args.lookup_timeout_ms.max(1)),
             cache_entries: args.lookup_cache_entries,
+            retries: args.lookup_retries,
+            failures: match args.on_lookup_failure {
+                OnLookupFailure::Fail => LookupFailures::FailTheJob,
+                OnLookupFailure::SideOutput => LookupFailures::SideOutput,
+            },
+            failures_topic: args.lookup_failures_topic.clone(),
             ..SensorMetadata::new(url)
         }),
     };

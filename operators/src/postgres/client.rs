@@ -111,7 +111,7 @@ pub(crate) fn classify(what: &str, e: &tokio_postgres::Error) -> Failure {
 }
 
 /// The error with its SQLSTATE and its causes.
-fn describe(e: &tokio_postgres::Error) -> String {
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!(
             "{} (SQLSTATE {}){}",

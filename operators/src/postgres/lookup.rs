@@ -116,8 +116,8 @@ impl<I, V: Clone + Send + 'static> PostgresLookup<I, V> {
     }
 }
 
-fn lookup_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::external("postgresql", format!("PostgreSQL lookup: {what}: {e}"))
+fn lookup_error(what: &str, e: tokio_postgres::Error) -> Error {
+    Error::external("postgresql", format!("PostgreSQL lookup: {what}: {}", super::client::describe(&e)))
 }
 
 impl<I: Clone + Send + Sync + 'static, V: Clone + Send + Sync + 'static> AsyncFunction<I, (I, Option<V>)>
