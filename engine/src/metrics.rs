@@ -367,9 +367,11 @@ impl SubtaskMetrics {
             gauges.entry(name.clone()).or_default().store(*value, Ordering::Relaxed);
         }
         drop(gauges);
-        if *self.info.lock() != s.info {
-            self.info.lock().clone_from(&s.info);
+        let mut info = self.info.lock();
+        if *info != s.info {
+            info.clone_from(&s.info);
         }
+        drop(info);
         self.latency.lock().summary = s.latency;
     }
 
