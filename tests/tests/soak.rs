@@ -6,8 +6,9 @@
 //! statistics computed without the engine).
 //!
 //! `CAUDAL_SOAK_KILLS` sets the number of kills (default 12, what the test command runs;
-//! `scripts/test.sh --soak` runs 50); `CAUDAL_SOAK_SEED` replays the kills of a printed seed. The run is throttled (20,000 readings/s) so that the
-//! kills land mid-run; it is bounded by the input, the kills by their number.
+//! `scripts/test.sh --soak` runs 50); `CAUDAL_SOAK_SEED` replays the kills of a printed seed. The run is throttled (`RATE`) so that it outlasts the
+//! kills, which are spread over about half of its nominal length; it is bounded by the input,
+//! the kills by their number.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../jobs/tests/kafka_support/mod.rs"]
@@ -21,6 +22,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const READINGS: u64 = 1_000_000;
+/// Readings per second, all source subtasks together: the run takes at least
+/// `READINGS / RATE` seconds of processing, however fast the machine (restarts add to it).
+const RATE: u64 = 10_000;
 
 fn kills() -> usize {
     std::env::var("CAUDAL_SOAK_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
@@ -65,7 +69,7 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
         &input,
         "--bounded",
         "--max-records-per-second",
-        "20000",
+        &RATE.to_string(),
         "--sink",
         "kafka",
         "--output-topic",
@@ -109,9 +113,11 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
             done = Some(running);
             break;
         }
-        // Spread over the run (about two minutes of a debug build): the kills land in every
-        // phase of it, not only at its start.
-        std::thread::sleep(Duration::from_millis(500 + rng.below(240_000 / kills().max(1) as u64)));
+        // Spread over the first half of the run's processing time on average (the wait for
+        // "running" above does not count: the job makes no progress while it restarts), so
+        // the kills land in every phase of it and all of them before its end.
+        let spread_ms = READINGS * 1000 / RATE;
+        std::thread::sleep(Duration::from_millis(500 + rng.below(spread_ms / kills().max(1) as u64)));
         let victim = match rng.below(10) {
             0 | 1 => {
                 c.kill_jobmanager();
