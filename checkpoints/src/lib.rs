@@ -81,6 +81,6 @@ pub use protocol::{complete_checkpoint, AbortCause, AckOutcome, CheckpointState,
 pub use retention::{apply_retention, create_savepoint, RetentionConfig, RetentionReport};
 pub use state::{AggregatingState, ListState, MapState, ValueState};
 pub use store::{
-    CheckpointPaths, CheckpointStorageConfig, CheckpointStore, InMemoryCheckpointStore,
+    s3_bucket_store, CheckpointPaths, CheckpointStorageConfig, CheckpointStore, InMemoryCheckpointStore,
     ObjectCheckpointStore, S3Config, StateLocation, StorageUrl,
 };

@@ -181,6 +181,19 @@ pub trait Operator: Send + 'static {
         None
     }
 
+    /// Barrier `checkpoint` arrived, before the operator is snapshotted and the barrier goes
+    /// on (Flink's `prepareSnapshotPreBarrier`): emit what belongs to the epoch that ends
+    /// here. What is pushed to `out` reaches every consumer before the barrier does — e.g. the
+    /// files a writer closed, for a committer downstream to record in the same checkpoint.
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _out: &mut Batch<Self::Out>,
+        _ctx: &mut OperatorContext,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// A checkpoint barrier passed: return this operator's state snapshot, if it has state.
     fn snapshot(&mut self, _checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<Option<Vec<u8>>> {
         Ok(None)

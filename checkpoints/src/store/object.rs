@@ -185,6 +185,48 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(Error::io("starting the storage runtime", "tokio"))
 }
 
+/// The `object_store` client of the S3 bucket `bucket` with `config`'s endpoint, region and
+/// credentials: checkpoint storage, the archive and the Iceberg warehouse share it.
+pub fn s3_bucket_store(bucket: &str, config: &S3Config) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_region(&config.region)
+        .with_allow_http(config.allow_http)
+        .with_virtual_hosted_style_request(config.virtual_hosted_style)
+        .with_conditional_put(if config.conditional_put {
+            S3ConditionalPut::ETagMatch
+        } else {
+            S3ConditionalPut::Disabled
+        });
+    if let Some(endpoint) = &config.endpoint {
+        if endpoint.starts_with("http://") && !config.allow_http {
+            return Err(Error::config(
+                "s3.allow_http",
+                format!("endpoint `{endpoint}` is plain http; set allow_http = true"),
+            ));
+        }
+        b = b.with_endpoint(endpoint);
+    }
+    match (&config.access_key_id, &config.secret_access_key) {
+        (Some(id), Some(secret)) => {
+            b = b.with_access_key_id(id).with_secret_access_key(secret);
+        }
+        (None, None) => {}
+        _ => {
+            return Err(Error::config(
+                "s3.access_key_id",
+                "access_key_id and secret_access_key must be set together",
+            ))
+        }
+    }
+    if let Some(token) = &config.session_token {
+        b = b.with_token(token);
+    }
+    let s3 =
+        b.build().map_err(|source| Error::Storage { op: "open", path: format!("s3://{bucket}"), source })?;
+    Ok(Arc::new(s3))
+}
+
 impl ObjectCheckpointStore {
     /// A store in the local directory `dir` (created if missing).
     pub fn local(dir: &Path) -> Result<Self> {
@@ -206,45 +248,11 @@ impl ObjectCheckpointStore {
 
     /// A store in `s3://bucket/prefix`.
     pub fn s3(bucket: &str, prefix: &str, config: &S3Config) -> Result<Self> {
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_region(&config.region)
-            .with_allow_http(config.allow_http)
-            .with_virtual_hosted_style_request(config.virtual_hosted_style)
-            .with_conditional_put(if config.conditional_put {
-                S3ConditionalPut::ETagMatch
-            } else {
-                S3ConditionalPut::Disabled
-            });
-        if let Some(endpoint) = &config.endpoint {
-            if endpoint.starts_with("http://") && !config.allow_http {
-                return Err(Error::config(
-                    "s3.allow_http",
-                    format!("endpoint `{endpoint}` is plain http; set allow_http = true"),
-                ));
-            }
-            b = b.with_endpoint(endpoint);
-        }
-        match (&config.access_key_id, &config.secret_access_key) {
-            (Some(id), Some(secret)) => {
-                b = b.with_access_key_id(id).with_secret_access_key(secret);
-            }
-            (None, None) => {}
-            _ => {
-                return Err(Error::config(
-                    "s3.access_key_id",
-                    "access_key_id and secret_access_key must be set together",
-                ))
-            }
-        }
-        if let Some(token) = &config.session_token {
-            b = b.with_token(token);
-        }
         let location =
             if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") };
-        let s3 = b.build().map_err(|source| Error::Storage { op: "open", path: location.clone(), source })?;
+        let s3 = s3_bucket_store(bucket, config)?;
         let store: Arc<dyn ObjectStore> =
-            if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
+            if prefix.is_empty() { s3 } else { Arc::new(PrefixStore::new(s3, prefix)) };
         Ok(ObjectCheckpointStore {
             store,
             runtime: runtime()?,

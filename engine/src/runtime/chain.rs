@@ -223,6 +223,8 @@ impl<O: Operator> ChainNode for OperatorNode<O> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshots: SnapshotSink<'_>) -> Result<()> {
+        let (op, out) = (&mut self.op, &mut self.out);
+        call(&mut self.ctx, |ctx| op.prepare_snapshot_pre_barrier(barrier.id, out, ctx))?;
         self.flush()?;
         let op = &mut self.op;
         let start = Instant::now();

@@ -1,0 +1,327 @@
+//! [`IcebergCommitter`]: the single committer of an Iceberg sink — the writers' data files
+//! in, one table snapshot per completed checkpoint out.
+//!
+//! **Protocol.** The writers' [`DataFiles`] for epoch `n` arrive before barrier `n` (they
+//! are emitted ahead of it). At barrier `n` the committer records them as pending in its
+//! snapshot. When checkpoint `n` completes it commits each pending epoch `≤ n`, oldest first,
+//! as one fast-append snapshot whose summary carries the job, the sink, the run and the
+//! checkpoint id. Before every attempt it reads the table: an epoch whose checkpoint id is
+//! already in the run's newest snapshot (walking back from the current one) is not
+//! committed again — a commit that landed before a crash, or before an answer was lost, is
+//! never repeated (Flink's `max-committed-checkpoint-id` rule).
+//!
+//! **Restore from `m`.** The pending epochs `≤ m` of the restored snapshot belong to
+//! completed checkpoints: they are committed (unless already in the table). Then every data
+//! file of this sink's earlier attempts that no snapshot references is deleted: it holds
+//! records the restored job writes again.
+//!
+//! One committer per table (parallelism 1), rather than one commit per writer: one snapshot
+//! per checkpoint, no commit conflicts between subtasks, and the time-travel rule "the
+//! snapshot of checkpoint `n` holds exactly the records before barrier `n`".
+
+use super::config::IcebergConfig;
+use super::table::{classify, summary, TableClient};
+use super::writer::{file_prefix, name_part, DataFiles};
+use crate::retry::Failure;
+use caudal::types::MAX_WATERMARK;
+use caudal::{crash, Batch, CheckpointId, Error, OperatorContext, Result, Sink};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, TableMetadata};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::ErrorKind;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// What the committer keeps in a checkpoint.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CommitterState {
+    run: String,
+    pending: Vec<DataFiles>,
+}
+
+/// Commits the files of an Iceberg sink's writers, once per checkpoint.
+pub struct IcebergCommitter {
+    config: IcebergConfig,
+    sink: String,
+    client: Option<TableClient>,
+    run: String,
+    job: String,
+    attempt: String,
+    received: Vec<DataFiles>,
+    pending: Vec<DataFiles>,
+    checkpointing: bool,
+    what: String,
+}
+
+impl std::fmt::Debug for IcebergCommitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IcebergCommitter({})", self.config.table)
+    }
+}
+
+/// The newest checkpoint id `run` of `sink` committed, walking back from the current
+/// snapshot; 0 when none.
+pub fn committed_checkpoint(metadata: &TableMetadata, sink: &str, run: &str) -> u64 {
+    let mut next = metadata.current_snapshot_id();
+    while let Some(snapshot) = next.and_then(|id| metadata.snapshot_by_id(id)) {
+        let p = &snapshot.summary().additional_properties;
+        if p.get(summary::RUN).map(String::as_str) == Some(run)
+            && p.get(summary::SINK).map(String::as_str) == Some(sink)
+        {
+            return p.get(summary::CHECKPOINT).and_then(|c| c.parse().ok()).unwrap_or(0);
+        }
+        next = snapshot.parent_snapshot_id();
+    }
+    0
+}
+
+impl IcebergCommitter {
+    pub(crate) fn new(config: IcebergConfig, sink: String) -> Self {
+        IcebergCommitter {
+            what: format!("iceberg committer ({})", config.table),
+            config,
+            sink,
+            client: None,
+            run: String::new(),
+            job: String::new(),
+            attempt: String::new(),
+            received: Vec::new(),
+            pending: Vec::new(),
+            checkpointing: false,
+        }
+    }
+
+    fn init(&mut self, ctx: &OperatorContext) -> Result<()> {
+        if self.client.is_some() {
+            return Ok(());
+        }
+        self.what = format!("iceberg committer `{}` ({})", ctx.operator_name, self.config.table);
+        self.job = ctx.job_name.clone();
+        self.attempt = ctx.attempt.clone();
+        self.checkpointing = ctx.checkpointing;
+        let retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
+        self.client = Some(TableClient::new(&self.config, self.what.clone(), retries)?);
+        Ok(())
+    }
+
+    fn client(&mut self) -> Result<&mut TableClient> {
+        let what = &self.what;
+        self.client.as_mut().ok_or_else(|| Error::Internal(format!("{what}: not started")))
+    }
+
+    /// Commits every pending epoch up to `checkpoint`, oldest first.
+    fn commit_due(&mut self, checkpoint: u64) -> Result<()> {
+        let (due, rest): (Vec<DataFiles>, Vec<DataFiles>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|f| f.checkpoint <= checkpoint);
+        self.pending = rest;
+        let mut epochs: BTreeMap<u64, Vec<DataFiles>> = BTreeMap::new();
+        for f in due {
+            epochs.entry(f.checkpoint).or_default().push(f);
+        }
+        for (i, (epoch, files)) in epochs.into_iter().enumerate() {
+            self.commit_epoch(epoch, &files)?;
+            if i == 0 && epoch != u64::MAX {
+                crash::point(crash::DURING_SINK_COMMIT, CheckpointId(epoch));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits `files` as the snapshot of checkpoint `epoch` (`u64::MAX`: the end of an
+    /// input without checkpoints), unless the table has it already.
+    fn commit_epoch(&mut self, epoch: u64, files: &[DataFiles]) -> Result<()> {
+        let (job, sink, run) = (self.job.clone(), self.sink.clone(), self.run.clone());
+        let rows: u64 = files.iter().map(|f| f.rows).sum();
+        let keep = self.config.keep_snapshots;
+        let client = self.client()?;
+        let committed = client.retry(&format!("committing checkpoint {epoch}"), |c| {
+            let table = c.load()?;
+            if epoch != u64::MAX && committed_checkpoint(table.metadata(), &sink, &run) >= epoch {
+                return Ok(None);
+            }
+            let data_files = decode(table.metadata(), files)?;
+            let mut props = HashMap::from([
+                (summary::JOB.to_string(), job.clone()),
+                (summary::SINK.to_string(), sink.clone()),
+                (summary::RUN.to_string(), run.clone()),
+            ]);
+            if epoch != u64::MAX {
+                props.insert(summary::CHECKPOINT.to_string(), epoch.to_string());
+            }
+            let tx = Transaction::new(&table);
+            // Duplicates are ruled out by the checkpoint id above; Iceberg's own check
+            // would read every manifest of the table at each commit.
+            let append = tx
+                .fast_append()
+                .with_check_duplicate(false)
+                .add_data_files(data_files)
+                .set_snapshot_properties(props);
+            let tx = append.apply(tx).map_err(|e| classify(&e))?;
+            let (catalog, rt) = c.catalog()?;
+            match rt.block_on(tx.commit(catalog)) {
+                Ok(t) => Ok(Some(t)),
+                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                    Err(Failure::Transient(format!("another writer committed first: {e:#}")))
+                }
+                Err(e) => Err(classify(&e)),
+            }
+        })?;
+        match committed {
+            Some(table) => {
+                tracing::debug!("caudal: {}: committed checkpoint {epoch} ({rows} rows)", client.what);
+                if let Some(keep) = keep {
+                    expire(client, &table, keep);
+                }
+            }
+            None => tracing::info!(
+                "caudal: {}: checkpoint {epoch} was committed before (found in the table): not again",
+                client.what
+            ),
+        }
+        Ok(())
+    }
+
+    /// Deletes the data files of this sink's earlier attempts that no snapshot references.
+    fn delete_orphans(&mut self) -> Result<()> {
+        let prefix = file_prefix(&self.job, &self.sink);
+        let current = format!("{prefix}{}.", name_part(&self.attempt));
+        let s3 = self.config.s3.clone();
+        let client = self.client()?;
+        let (table, live) = client.retry("listing live data files", |c| {
+            let table = c.load()?;
+            let live = c.block(live_files(&table)).map_err(|e| classify(&e))?;
+            Ok((table, live))
+        })?;
+        let data = format!("{}/data", table.metadata().location().trim_end_matches('/'));
+        let listed = client.retry("listing data files", |c| {
+            c.block(super::storage::list(&s3, &data)).map_err(|e| classify(&e))
+        })?;
+        let mut deleted = 0;
+        for path in listed {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            if name.starts_with(&prefix) && !name.starts_with(&current) && !live.contains(&path) {
+                client.retry("deleting an uncommitted data file", |c| {
+                    c.block(c.file_io().delete(&path)).map_err(|e| classify(&e))
+                })?;
+                deleted += 1;
+            }
+        }
+        if deleted > 0 {
+            tracing::info!("caudal: {}: deleted {deleted} data file(s) no checkpoint completed", client.what);
+        }
+        Ok(())
+    }
+}
+
+/// The writers' files as Iceberg data files of `metadata`'s specs and schemas.
+fn decode(metadata: &TableMetadata, files: &[DataFiles]) -> std::result::Result<Vec<DataFile>, Failure> {
+    let mut out = Vec::new();
+    for f in files {
+        let spec = metadata
+            .partition_spec_by_id(f.spec_id)
+            .ok_or_else(|| Failure::Permanent(format!("the table has no partition spec {}", f.spec_id)))?;
+        let schema = metadata
+            .schema_by_id(f.schema_id)
+            .ok_or_else(|| Failure::Permanent(format!("the table has no schema {}", f.schema_id)))?;
+        let partition_type = spec.partition_type(schema).map_err(|e| Failure::Permanent(format!("{e:#}")))?;
+        for json in &f.files {
+            out.push(
+                deserialize_data_file_from_json(json, f.spec_id, &partition_type, schema)
+                    .map_err(|e| Failure::Permanent(format!("a writer's data file: {e:#}")))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Every data file the current snapshot references.
+async fn live_files(table: &Table) -> iceberg::Result<HashSet<String>> {
+    let mut live = HashSet::new();
+    let Some(snapshot) = table.metadata().current_snapshot() else { return Ok(live) };
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    for manifest in list.entries() {
+        for entry in manifest.load_manifest(table.file_io()).await?.entries() {
+            live.insert(entry.file_path().to_string());
+        }
+    }
+    Ok(live)
+}
+
+/// Expires all but the newest `keep` snapshots; a failure is logged and left for the next
+/// commit.
+fn expire(client: &mut TableClient, table: &Table, keep: usize) {
+    if table.metadata().snapshots().len() <= keep {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let tx = Transaction::new(table);
+    let action = tx.expire_snapshots().retain_last(keep).expire_older_than_ms(now + 1);
+    let what = client.what.clone();
+    let result = action.apply(tx).and_then(|tx| match client.catalog() {
+        Ok((catalog, rt)) => rt.block_on(tx.commit(catalog)),
+        Err(f) => Err(iceberg::Error::new(ErrorKind::Unexpected, f.message().to_string())),
+    });
+    if let Err(e) = result {
+        tracing::warn!("caudal: {what}: expiring snapshots: {e:#} (tried again after the next commit)");
+    }
+}
+
+impl Sink for IcebergCommitter {
+    type In = DataFiles;
+
+    fn restore(&mut self, snapshots: Vec<Vec<u8>>, ctx: &mut OperatorContext) -> Result<()> {
+        self.init(ctx)?;
+        let restored = ctx.restored_checkpoint.map_or(0, |c| c.0);
+        for blob in snapshots {
+            let state: CommitterState = serde_json::from_slice(&blob)
+                .map_err(|e| Error::CorruptState(format!("{}: corrupt committer state: {e}", self.what)))?;
+            if self.run.is_empty() {
+                self.run = state.run;
+            }
+            self.pending.extend(state.pending.into_iter().filter(|f| f.checkpoint <= restored));
+        }
+        self.commit_due(restored)?;
+        self.delete_orphans()
+    }
+
+    fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        self.init(ctx)?;
+        if self.run.is_empty() {
+            self.run = uuid::Uuid::new_v4().to_string();
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self, batch: Batch<DataFiles>, _ctx: &mut OperatorContext) -> Result<()> {
+        self.received.extend(batch.into_iter().map(|r| r.value));
+        Ok(())
+    }
+
+    fn pre_commit(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+    ) -> Result<Option<Vec<u8>>> {
+        self.pending.append(&mut self.received);
+        let state = CommitterState { run: self.run.clone(), pending: self.pending.clone() };
+        serde_json::to_vec(&state)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("{}: encoding committer state: {e}", self.what)))
+    }
+
+    fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
+        self.commit_due(checkpoint.0)
+    }
+
+    fn on_close(&mut self, ctx: &mut OperatorContext) -> Result<()> {
+        let end_of_input = ctx.watermark == MAX_WATERMARK;
+        if self.checkpointing && !end_of_input {
+            // Stopped or cancelled: a restore commits what its checkpoint recorded.
+            return Ok(());
+        }
+        self.pending.append(&mut self.received);
+        self.commit_due(u64::MAX)
+    }
+}

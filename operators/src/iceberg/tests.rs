@@ -1,0 +1,250 @@
+//! The Iceberg sink's protocol against the real catalog database (`CAUDAL_POSTGRES_URL`) and
+//! a local or S3 (`CAUDAL_S3_ENDPOINT`) warehouse, driving the writer and the committer by
+//! hand: one snapshot per completed checkpoint with its id, no second commit of an epoch the
+//! table has, pending epochs committed on restore, files of dead attempts deleted. The table
+//! is read back with the `iceberg` crate's scan here; `jobs/tests/iceberg.rs` reads it with
+//! pyiceberg after real runs and kills.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{summary, DataFiles, IcebergCommitter, IcebergConfig, IcebergWriter, PostgresCatalog};
+use crate::test_stack::{context, service, unique};
+use caudal::{Batch, CheckpointId, Operator, OperatorContext, Record, Sink};
+use caudal_checkpoints::S3Config;
+use caudal_schemas::ProcessedReading;
+use futures::TryStreamExt;
+use iceberg::{Catalog, TableIdent};
+
+const DAY: i64 = 86_400_000;
+const START: i64 = 1_767_225_600_000; // 2026-01-01T00:00Z
+
+fn readings(from: i64, n: i64) -> Batch<ProcessedReading> {
+    (from..from + n)
+        .map(|i| {
+            let ts = START + (i % 3) * DAY + i;
+            Record::new(
+                ts,
+                ProcessedReading {
+                    sensor_id: i,
+                    ts,
+                    lat: 1.0,
+                    lon: 2.0,
+                    temp_c: 20.0,
+                    temp_f: 68.0,
+                    site: "roof".into(),
+                    name: format!("sensor {i}"),
+                },
+            )
+        })
+        .collect()
+}
+
+fn ctx(attempt: &str, restored: Option<u64>) -> OperatorContext {
+    let mut c = context("iceberg-test", 0, restored);
+    c.attempt = attempt.to_string();
+    c
+}
+
+/// What the table holds: sensor ids (sorted) and the snapshots' checkpoint ids.
+fn table_contents(config: &IcebergConfig) -> (Vec<i64>, Vec<String>, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let io = super::storage::file_io(&config.s3);
+        let catalog = PostgresCatalog::connect(
+            &config.catalog_url,
+            &config.catalog_name,
+            &config.warehouse_uri().unwrap(),
+            io,
+        )
+        .await
+        .unwrap();
+        let (ns, name) = config.table_ident().unwrap();
+        let ident = TableIdent::new(iceberg::NamespaceIdent::from_vec(ns).unwrap(), name);
+        let table = catalog.load_table(&ident).await.unwrap();
+        let mut ids = Vec::new();
+        if table.metadata().current_snapshot().is_some() {
+            let batches: Vec<arrow_array::RecordBatch> = table
+                .scan()
+                .select(["sensor_id"])
+                .build()
+                .unwrap()
+                .to_arrow()
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            for b in batches {
+                let col = b.column(0).as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
+                ids.extend(col.values().iter().copied());
+            }
+        }
+        ids.sort_unstable();
+        let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
+        snapshots.sort_by_key(|s| s.sequence_number());
+        let checkpoints = snapshots
+            .iter()
+            .map(|s| s.summary().additional_properties.get(summary::CHECKPOINT).cloned().unwrap_or_default())
+            .collect();
+        (ids, checkpoints, table.metadata().location().to_string())
+    })
+}
+
+fn data_files(location: &str, s3: &S3Config) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut files = rt.block_on(super::storage::list(s3, &format!("{location}/data"))).unwrap();
+    files.sort();
+    files
+}
+
+fn config(warehouse: &str, s3: S3Config) -> Option<IcebergConfig> {
+    let pg = service("CAUDAL_POSTGRES_URL")?;
+    let mut c = IcebergConfig::new(&pg, warehouse, &format!("{}.readings", unique("ns")));
+    c.s3 = s3;
+    Some(c)
+}
+
+fn protocol(config: IcebergConfig) {
+    // Attempt a1: epoch 1 (100 readings over three days) completes and commits.
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config.clone(), "lake".into());
+    let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let (mut wctx, mut cctx) = (ctx("a1", None), ctx("a1", None));
+    writer.on_start(&mut wctx).unwrap();
+    committer.on_start(&mut cctx).unwrap();
+    let mut out: Batch<DataFiles> = Vec::new();
+    writer.process_batch(readings(0, 100), &mut out, &mut wctx).unwrap();
+    assert!(out.is_empty(), "files are handed over at the barrier only");
+    writer.prepare_snapshot_pre_barrier(CheckpointId(1), &mut out, &mut wctx).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].value.files.len(), 3, "one file per day partition");
+    committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+    let state1 = committer.pre_commit(CheckpointId(1), &mut cctx).unwrap().unwrap();
+    committer.on_checkpoint_complete(CheckpointId(1), &mut cctx).unwrap();
+    let (ids, checkpoints, location) = table_contents(&config);
+    assert_eq!(ids, (0..100).collect::<Vec<_>>());
+    assert_eq!(checkpoints, ["1"]);
+
+    // Epoch 2 is pre-committed (in checkpoint 2), then the process dies before completion.
+    writer.process_batch(readings(100, 50), &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(2), &mut out, &mut wctx).unwrap();
+    committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+    let state2 = committer.pre_commit(CheckpointId(2), &mut cctx).unwrap().unwrap();
+    // ... and epoch 3's files are written but never handed over.
+    writer.process_batch(readings(150, 25), &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(3), &mut out, &mut wctx).unwrap();
+    let orphans: Vec<String> = out[0]
+        .value
+        .files
+        .iter()
+        .map(|j| {
+            let v: serde_json::Value = serde_json::from_str(j).unwrap();
+            v["file_path"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(orphans.len(), 3);
+    drop((writer, committer));
+
+    // Attempt a2 restores checkpoint 1: nothing is committed twice; epoch 2 and 3's files are
+    // no checkpoint's and are deleted.
+    let mut restored = IcebergCommitter::new(config.clone(), "lake".into());
+    let mut rctx = ctx("a2", Some(1));
+    restored.restore(vec![state1.clone()], &mut rctx).unwrap();
+    restored.on_start(&mut rctx).unwrap();
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(ids, (0..100).collect::<Vec<_>>());
+    assert_eq!(checkpoints, ["1"], "checkpoint 1 is in the table already: not again");
+    let files = data_files(&location, &config.s3);
+    assert_eq!(files.len(), 3, "only checkpoint 1's files are left: {files:?}");
+    for o in &orphans {
+        assert!(!files.contains(o), "{o} survived");
+    }
+    drop(restored);
+
+    // Attempt a3 restores checkpoint 1 again (a2 died before its first checkpoint) and
+    // writes epoch 2; checkpoint 2 completes, and the process dies before it is notified.
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config.clone(), "lake".into());
+    let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let (mut wctx, mut cctx) = (ctx("a3", Some(1)), ctx("a3", Some(1)));
+    committer.restore(vec![state1], &mut cctx).unwrap();
+    committer.on_start(&mut cctx).unwrap();
+    writer.on_start(&mut wctx).unwrap();
+    writer.process_batch(readings(100, 50), &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(2), &mut out, &mut wctx).unwrap();
+    committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+    let state2b = committer.pre_commit(CheckpointId(2), &mut cctx).unwrap().unwrap();
+    drop((writer, committer));
+    assert!(!state2.is_empty());
+    // Attempt a4 restores checkpoint 2 (completed, never notified): its pending epoch is committed.
+    let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let mut cctx = ctx("a4", Some(2));
+    committer.restore(vec![state2b.clone()], &mut cctx).unwrap();
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(ids, (0..150).collect::<Vec<_>>());
+    assert_eq!(checkpoints, ["1", "2"]);
+    // And once more (a crash right after that commit): not twice.
+    let mut again = IcebergCommitter::new(config.clone(), "lake".into());
+    again.restore(vec![state2b], &mut ctx("a5", Some(2))).unwrap();
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(ids, (0..150).collect::<Vec<_>>());
+    assert_eq!(checkpoints, ["1", "2"]);
+}
+
+#[test]
+fn an_epoch_is_committed_once_with_its_checkpoint_and_dead_attempts_leave_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    protocol(config);
+}
+
+#[test]
+fn the_protocol_holds_on_s3() {
+    let Some(endpoint) = service("CAUDAL_S3_ENDPOINT") else { return };
+    let s3 = S3Config {
+        endpoint: Some(endpoint),
+        access_key_id: Some(std::env::var("CAUDAL_S3_ACCESS_KEY_ID").unwrap_or_else(|_| "test".into())),
+        secret_access_key: Some(
+            std::env::var("CAUDAL_S3_SECRET_ACCESS_KEY").unwrap_or_else(|_| "test".into()),
+        ),
+        allow_http: true,
+        ..S3Config::default()
+    };
+    let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
+    let Some(config) = config(&format!("s3://{bucket}/{}", unique("lake")), s3) else { return };
+    protocol(config);
+}
+
+#[test]
+fn a_table_that_cannot_hold_the_record_type_fails_at_start_naming_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    // The table exists with `ts` as a string.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let io = super::storage::file_io(&config.s3);
+        let catalog = PostgresCatalog::connect(
+            &config.catalog_url,
+            &config.catalog_name,
+            &config.warehouse_uri().unwrap(),
+            io,
+        )
+        .await
+        .unwrap();
+        let (ns, name) = config.table_ident().unwrap();
+        let ns = iceberg::NamespaceIdent::from_vec(ns).unwrap();
+        catalog.create_namespace(&ns, Default::default()).await.unwrap();
+        let schema = iceberg::spec::Schema::builder()
+            .with_fields([std::sync::Arc::new(iceberg::spec::NestedField::required(
+                1,
+                "ts",
+                iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::String),
+            ))])
+            .build()
+            .unwrap();
+        catalog
+            .create_table(&ns, iceberg::TableCreation::builder().name(name).schema(schema).build())
+            .await
+            .unwrap();
+    });
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config, "lake".into());
+    let err = writer.on_start(&mut ctx("a1", None)).unwrap_err().to_string();
+    assert!(err.contains("column `ts`"), "{err}");
+}
