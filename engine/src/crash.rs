@@ -40,6 +40,12 @@ pub const DURING_POSTGRES_RECOMMIT: &str = "during-postgres-recommit";
 /// others, and the removal of stale in-progress files, not yet); the checkpoint is the
 /// restored one.
 pub const DURING_ARCHIVE_REPUBLISH: &str = "during-archive-republish";
+/// An Iceberg committer wrote the new table metadata of the checkpoint's snapshot; the
+/// catalog does not point at it yet.
+pub const ICEBERG_BEFORE_CATALOG_UPDATE: &str = "iceberg-before-catalog-update";
+/// The catalog points at the checkpoint's Iceberg snapshot; the committer has not had the
+/// answer (as when it is lost on the way).
+pub const ICEBERG_AFTER_CATALOG_UPDATE: &str = "iceberg-after-catalog-update";
 
 static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
 static PAUSE_AT: OnceLock<(String, u64, u64)> = OnceLock::new();

@@ -7,6 +7,7 @@
 use caudal::{DataStream, RateLimited, Result, Source, StreamEnv, WatermarkStrategy};
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
+use caudal_operators::iceberg::{IcebergConfig, IcebergSink};
 use caudal_operators::kafka::{
     AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSinkConfig, KafkaSourceConfig,
 };
@@ -195,6 +196,10 @@ pub struct ServeSinks {
     pub redis: Option<RedisSinkConfig>,
     /// Readings as Avro files partitioned by date and hour.
     pub archive: Option<ArchiveConfig>,
+    /// Readings into an Iceberg table (partitioned on `ts`).
+    pub iceberg_readings: Option<IcebergConfig>,
+    /// Window statistics into an Iceberg table (partitioned on `window_start`).
+    pub iceberg_windows: Option<IcebergConfig>,
 }
 
 /// Tables of the PostgreSQL sinks.
@@ -259,6 +264,11 @@ pub mod names {
     pub const READINGS_REDIS: &str = "readings-redis";
     /// Readings archived as Avro files.
     pub const READINGS_ARCHIVE: &str = "readings-archive";
+    /// Readings into an Iceberg table (operators `readings-iceberg-writer` and
+    /// `readings-iceberg-committer`).
+    pub const READINGS_ICEBERG: &str = "readings-iceberg";
+    /// Window statistics into an Iceberg table.
+    pub const WINDOWS_ICEBERG: &str = "windows-iceberg";
     /// Window result → `WindowStats`.
     pub const TO_WINDOW_STATS: &str = "to-window-stats";
     /// The silent-sensor detector (keyed process function).
@@ -416,6 +426,14 @@ impl TemperatureJob {
                 .clone()
                 .sink(names::READINGS_ARCHIVE, move |_| archive.build::<ProcessedReading>())
                 .uid(names::READINGS_ARCHIVE);
+        }
+        if let Some(lake) = &self.serve.iceberg_readings {
+            lake.validate()?;
+            IcebergSink::new(names::READINGS_ICEBERG, lake.clone()).write(readings.clone());
+        }
+        if let Some(lake) = &self.serve.iceberg_windows {
+            lake.validate()?;
+            IcebergSink::new(names::WINDOWS_ICEBERG, lake.clone()).write(windows.clone());
         }
         self.sink(readings, names::READINGS_SINK, "readings", |r| r.sensor_id);
         self.sink(windows, names::WINDOWS_SINK, "windows", |w| w.sensor_id);

@@ -251,6 +251,7 @@ fn job(args: &Args) -> anyhow::Result<()> {
             postgres: Some(pg),
             redis: Some(redis_config(&redis_url, &prefix)),
             archive: Some(ArchiveConfig::new(dir.join("archive").display().to_string())),
+            ..ServeSinks::default()
         },
         silence: None,
         limits: None,

@@ -20,6 +20,7 @@ use caudal_jobs::temperature::{
 };
 use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, Outage};
+use caudal_operators::iceberg::IcebergConfig;
 use caudal_operators::kafka::DeliveryGuarantee;
 use caudal_operators::postgres::PostgresSinkConfig;
 use caudal_operators::redis::RedisSinkConfig;
@@ -310,6 +311,31 @@ struct Args {
     /// directory or s3://bucket/prefix (S3 settings: CAUDAL__S3__* variables).
     #[arg(long, value_name = "URL")]
     archive: Option<String>,
+    /// Also write readings into this Iceberg table (NAMESPACE.TABLE), one snapshot per
+    /// checkpoint, exactly once; with --iceberg-catalog and --iceberg-warehouse.
+    #[arg(long, value_name = "NAMESPACE.TABLE")]
+    iceberg_table: Option<String>,
+    /// Also write window statistics into this Iceberg table (partitioned on window_start).
+    #[arg(long, value_name = "NAMESPACE.TABLE")]
+    iceberg_windows_table: Option<String>,
+    /// The Iceberg SQL catalog's database (postgres://user@host:port/db): the JDBC
+    /// catalog's tables, which Trino, Spark and pyiceberg read.
+    #[arg(long, value_name = "URL")]
+    iceberg_catalog: Option<String>,
+    /// The catalog's name in that database.
+    #[arg(long, value_name = "NAME", default_value = "caudal")]
+    iceberg_catalog_name: String,
+    /// Where new Iceberg tables go: a directory or s3://bucket/prefix (S3 settings:
+    /// CAUDAL__S3__* variables).
+    #[arg(long, value_name = "DIR|URL")]
+    iceberg_warehouse: Option<String>,
+    /// How new Iceberg tables are partitioned on event time: hour, day, month or none.
+    #[arg(long, value_name = "TRANSFORM", default_value = "day")]
+    iceberg_partition: caudal_operators::iceberg::Partitioning,
+    /// Expire all but the newest N snapshots of each Iceberg table after each commit
+    /// (metadata only; default: keep all).
+    #[arg(long, value_name = "N")]
+    iceberg_keep_snapshots: Option<usize>,
     /// Seconds between checkpoints (0 = no checkpoints). Output files are published when a
     /// checkpoint completes.
     #[arg(long, default_value_t = 60.0, value_parser = non_negative)]
@@ -432,6 +458,27 @@ enum OnLookupFailure {
     SideOutput,
 }
 
+/// The Iceberg table `table` of the flags, partitioned on `partition_field`.
+fn iceberg(
+    args: &Args,
+    table: Option<&str>,
+    partition_field: &str,
+    config: &JobConfig,
+) -> anyhow::Result<Option<IcebergConfig>> {
+    let Some(table) = table else { return Ok(None) };
+    let (Some(catalog), Some(warehouse)) = (&args.iceberg_catalog, &args.iceberg_warehouse) else {
+        anyhow::bail!("--iceberg-table and --iceberg-windows-table need --iceberg-catalog URL and --iceberg-warehouse DIR|s3://…");
+    };
+    let mut lake = IcebergConfig::new(catalog, warehouse, table);
+    lake.catalog_name = args.iceberg_catalog_name.clone();
+    lake.partition_field = partition_field.to_string();
+    lake.partitioning = args.iceberg_partition;
+    lake.keep_snapshots = args.iceberg_keep_snapshots;
+    lake.s3 = config.checkpoints.storage.s3.clone();
+    lake.validate()?;
+    Ok(Some(lake))
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match &args.command {
@@ -514,6 +561,8 @@ fn main() -> anyhow::Result<()> {
                 archive.s3 = config.checkpoints.storage.s3.clone();
                 archive
             }),
+            iceberg_readings: iceberg(&args, args.iceberg_table.as_deref(), "ts", &config)?,
+            iceberg_windows: iceberg(&args, args.iceberg_windows_table.as_deref(), "window_start", &config)?,
         },
         silence: args.silence_secs.map(Duration::from_secs_f64),
         limits: match (&args.limits_file, &args.limits_topic) {

@@ -54,6 +54,15 @@ fn db(what: &str, e: tokio_postgres::Error) -> Error {
     Error::new(ErrorKind::Unexpected, format!("catalog database: {what}: {detail}")).with_source(e)
 }
 
+/// The Caudal checkpoint id of `metadata`'s current snapshot (0: none), for the crash
+/// points of a commit.
+fn checkpoint_of(metadata: &TableMetadata) -> u64 {
+    metadata
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(super::summary::CHECKPOINT)?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn ns(namespace: &NamespaceIdent) -> String {
     namespace.join(".")
 }
@@ -394,6 +403,8 @@ impl Catalog for PostgresCatalog {
         let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
         staged.metadata().write_to(staged.file_io(), &staged_location).await?;
         let staged_location = staged_location.to_string();
+        let checkpoint = caudal::CheckpointId(checkpoint_of(staged.metadata()));
+        caudal::crash::point(caudal::crash::ICEBERG_BEFORE_CATALOG_UPDATE, checkpoint);
         let n = self
             .client
             .execute(
@@ -403,6 +414,7 @@ impl Catalog for PostgresCatalog {
             )
             .await
             .map_err(|e| db("committing", e))?;
+        caudal::crash::point(caudal::crash::ICEBERG_AFTER_CATALOG_UPDATE, checkpoint);
         if n == 0 {
             let _ = self.file_io.delete(&staged_location).await;
             return Err(Error::new(

@@ -1,0 +1,298 @@
+//! Exactly-once into Iceberg, judged by an independent reader: the temperature job writes
+//! its readings and window statistics into Iceberg tables (the SQL catalog in the test
+//! stack's PostgreSQL, files in a local warehouse or on the S3 server), and pyiceberg
+//! (`scripts/iceberg-read.py`) reads them back — after a clean bounded run, after a SIGKILL
+//! at each crash point of the commit protocol and at random moments. The rows must be
+//! exactly what the generator's input implies (`common/oracle.rs`, without the engine):
+//! no loss, no duplicate. Each snapshot carries its checkpoint id and holds exactly the
+//! readings the file sink published up to that checkpoint (time travel).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The catalog and the reader, or `None` (the test passes after saying why) unless
+/// `CAUDAL_REQUIRE_STACK` is set.
+struct Lake {
+    catalog: String,
+    python: String,
+    namespace: String,
+    warehouse: String,
+    /// The S3 endpoint when the warehouse is on S3.
+    s3: Option<String>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Lake {
+    fn local(dir: &Path) -> Option<Lake> {
+        let [catalog, python] = caudal_test_stack::services(["CAUDAL_POSTGRES_URL", "CAUDAL_PYTHON"])?;
+        Some(Lake {
+            catalog,
+            python,
+            namespace: namespace(),
+            warehouse: dir.display().to_string(),
+            s3: None,
+            env: vec![],
+        })
+    }
+
+    fn s3() -> Option<Lake> {
+        let [catalog, python] = caudal_test_stack::services(["CAUDAL_POSTGRES_URL", "CAUDAL_PYTHON"])?;
+        let env = s3::env()?;
+        let endpoint = env.iter().find(|(k, _)| *k == "CAUDAL__S3__ENDPOINT").map(|(_, v)| v.clone());
+        Some(Lake {
+            catalog,
+            python,
+            namespace: namespace(),
+            warehouse: s3::unique_url("lake"),
+            s3: endpoint,
+            env,
+        })
+    }
+
+    fn args(&self, base: Vec<String>) -> Vec<String> {
+        let ns = &self.namespace;
+        base.into_iter()
+            .chain([
+                "--iceberg-catalog".into(),
+                self.catalog.clone(),
+                "--iceberg-warehouse".into(),
+                self.warehouse.clone(),
+                "--iceberg-table".into(),
+                format!("{ns}.readings"),
+                "--iceberg-windows-table".into(),
+                format!("{ns}.windows"),
+            ])
+            .collect()
+    }
+
+    /// pyiceberg's answer for `table` (see `scripts/iceberg-read.py`).
+    fn read(&self, table: &str) -> Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/iceberg-read.py");
+        let mut cmd = Command::new(&self.python);
+        cmd.arg(script).args([&self.catalog, "caudal", &format!("{}.{table}", self.namespace)]);
+        if let Some(endpoint) = &self.s3 {
+            cmd.arg(endpoint);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "pyiceberg failed: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+/// A float pyiceberg answered as its repr text, exactly.
+fn float(v: &Value) -> f64 {
+    v.as_str().unwrap_or_else(|| panic!("not a float's text: {v}")).parse().unwrap()
+}
+
+fn namespace() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("t{}_{}", std::process::id(), nanos % 1_000_000_000_000)
+}
+
+/// Restores `args` until a run finishes.
+fn finish_with(args: &[String], env: &[(&str, String)]) {
+    for _ in 0..5 {
+        let (status, err) = wait(spawn(args, true, env));
+        if status.success() {
+            return;
+        }
+        eprintln!("restore failed ({status}), retrying: {err}");
+    }
+    panic!("the job did not finish after 5 restores");
+}
+
+/// The lake holds exactly what the input implies: every plausible reading and every window
+/// once (pyiceberg's rows against the oracle), one snapshot per checkpoint.
+fn assert_lake_equals_model(lake: &Lake, what: &str) {
+    let (windows, readings) = oracle::expected_records(&BASE_MODEL);
+    let answer = lake.read("readings");
+    let mut got: Vec<String> = answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {} {} {}",
+                r["sensor_id"],
+                r["ts"],
+                float(&r["temp_c"]),
+                float(&r["temp_f"]),
+                float(&r["lat"])
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = readings
+        .iter()
+        .map(|r| format!("{} {} {} {} {}", r.sensor_id, r.ts, r.temp_c, r.temp_f, r.lat))
+        .collect();
+    want.sort();
+    assert_same_lines(&got, &want, &format!("{what}: iceberg readings"));
+    assert_one_snapshot_per_checkpoint(&answer, what);
+
+    let answer = lake.read("windows");
+    let mut got: Vec<String> = answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let (min, max, mean) = (float(&w["min_c"]), float(&w["max_c"]), float(&w["mean_c"]));
+            format!(
+                "{} {} {} {} {min} {max} {mean}",
+                w["sensor_id"], w["window_start"], w["window_end"], w["count"]
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = windows
+        .iter()
+        .map(|w| {
+            let (min, max, mean) = (w.min_c, w.max_c, w.mean_c);
+            format!("{} {} {} {} {min} {max} {mean}", w.sensor_id, w.window_start, w.window_end, w.count)
+        })
+        .collect();
+    want.sort();
+    assert_same_lines(&got, &want, &format!("{what}: iceberg windows"));
+}
+
+/// Every snapshot names its checkpoint, the ids rise, and each holds more rows than the last.
+fn assert_one_snapshot_per_checkpoint(answer: &Value, what: &str) -> Vec<(u64, u64)> {
+    let mut last = (0, 0);
+    let mut out = Vec::new();
+    for s in answer["snapshots"].as_array().unwrap() {
+        let checkpoint: u64 = s["summary"]["caudal.checkpoint-id"].as_str().unwrap().parse().unwrap();
+        let rows = s["rows"].as_u64().unwrap();
+        assert!(checkpoint > last.0 && rows > last.1, "{what}: snapshot {s} after {last:?}");
+        assert!(s["summary"]["caudal.run"].is_string(), "{what}: snapshot {s} has no run");
+        last = (checkpoint, rows);
+        out.push(last);
+    }
+    assert!(!out.is_empty(), "{what}: no snapshot");
+    out
+}
+
+/// Lines the file sink published per checkpoint (`part-<subtask>-<checkpoint>.<attempt>.jsonl`).
+fn file_sink_lines_per_checkpoint(out: &Path) -> BTreeMap<u64, u64> {
+    let mut per = BTreeMap::new();
+    for e in std::fs::read_dir(out.join("readings")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = name.strip_prefix("part-") else { continue };
+        let checkpoint: u64 = rest.split(['-', '.']).nth(1).unwrap().parse().unwrap();
+        let lines = std::fs::read_to_string(e.path()).unwrap().lines().count() as u64;
+        *per.entry(checkpoint).or_default() += lines;
+    }
+    per
+}
+
+fn clean_run(lake: Lake) {
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let (status, err) = wait(spawn(&args, false, &lake.env));
+    assert!(status.success(), "the run failed: {err}");
+    assert_lake_equals_model(&lake, "clean run");
+    assert_equals_expected(&d, "clean run");
+    // Time travel: the snapshot of checkpoint n holds exactly what the file sink published
+    // up to n (both sinks close their epoch at the same barrier).
+    let snapshots = assert_one_snapshot_per_checkpoint(&lake.read("readings"), "clean run");
+    let per = file_sink_lines_per_checkpoint(&d.out);
+    for (checkpoint, rows) in snapshots {
+        let published: u64 = per.range(..=checkpoint).map(|(_, n)| n).sum();
+        assert_eq!(rows, published, "the snapshot of checkpoint {checkpoint}");
+    }
+}
+
+#[test]
+fn a_bounded_run_into_a_local_warehouse_is_read_back_by_pyiceberg_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lake) = Lake::local(dir.path()) else { return };
+    clean_run(lake);
+}
+
+#[test]
+fn a_bounded_run_into_an_s3_warehouse_is_read_back_by_pyiceberg_exactly() {
+    let Some(lake) = Lake::s3() else { return };
+    clean_run(lake);
+}
+
+/// Kills the job at `point` of checkpoint 2, restores it until it finishes, and checks the
+/// lake (and the file sink) against the oracle.
+fn crash_at(point: &str, restore_crash: Option<&str>) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lake) = Lake::local(dir.path()) else { return };
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let (status, err) = wait(spawn(&args, false, &[("CAUDAL__TEST_CRASH_AT", format!("{point}:2"))]));
+    assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
+    assert!(err.contains(&format!("crash point {point}")), "{err}");
+    if let Some(again) = restore_crash {
+        let restored = latest_checkpoint(&d.ckpt).unwrap();
+        let (status, err) =
+            wait(spawn(&args, true, &[("CAUDAL__TEST_CRASH_AT", format!("{again}:{restored}"))]));
+        assert_eq!(status.signal(), Some(9), "the crash point {again} was not reached: {status} {err}");
+    }
+    finish_with(&args, &[]);
+    assert_lake_equals_model(&lake, point);
+    assert_equals_expected(&d, point);
+}
+
+#[test]
+fn killed_after_the_barrier_the_lake_is_exact() {
+    crash_at("after-sink-pre-commit", None);
+}
+
+#[test]
+fn killed_after_the_checkpoint_completed_before_the_commit_the_lake_is_exact() {
+    crash_at("after-metadata-before-notify", None);
+}
+
+#[test]
+fn killed_during_the_commit_before_the_catalog_update_the_lake_is_exact() {
+    crash_at("iceberg-before-catalog-update", None);
+}
+
+#[test]
+fn killed_during_the_commit_after_the_catalog_update_the_lake_is_exact() {
+    crash_at("iceberg-after-catalog-update", None);
+}
+
+#[test]
+fn killed_during_the_restore_the_lake_is_exact() {
+    crash_at("after-metadata-before-notify", Some("during-restore"));
+}
+
+#[test]
+fn killed_at_ten_random_moments_the_lake_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lake) = Lake::local(dir.path()) else { return };
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let mut seed: u64 = 0x1ceb;
+    let mut kills = 0;
+    while kills < 10 {
+        let mut child = spawn(&args, has_completed_checkpoint(&d.ckpt), &[]);
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let delay = Duration::from_millis(300 + (seed >> 33) % 900);
+        let start = Instant::now();
+        while start.elapsed() < delay && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        child.kill().unwrap();
+        let _ = child.wait();
+        kills += 1;
+    }
+    assert!(kills >= 5, "the job finished too early to be killed ({kills} kills)");
+    finish_with(&args, &[]);
+    assert_lake_equals_model(&lake, &format!("after {kills} kills"));
+    assert_equals_expected(&d, &format!("after {kills} kills"));
+}
