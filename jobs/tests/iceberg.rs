@@ -203,10 +203,23 @@ fn clean_run(lake: Lake) {
     // up to n (both sinks close their epoch at the same barrier).
     let snapshots = assert_one_snapshot_per_checkpoint(&lake.read("readings"), "clean run");
     let per = file_sink_lines_per_checkpoint(&d.out);
-    for (checkpoint, rows) in snapshots {
+    for &(checkpoint, rows) in &snapshots {
         let published: u64 = per.range(..=checkpoint).map(|(_, n)| n).sum();
         assert_eq!(rows, published, "the snapshot of checkpoint {checkpoint}");
     }
+    // `caudal iceberg snapshots` lists the same snapshots with their checkpoint ids.
+    let cli = Path::new(env!("CARGO_BIN_EXE_temperature")).with_file_name("caudal-iceberg");
+    let o = Command::new(cli)
+        .args(["snapshots", &format!("{}.readings", lake.namespace), "--catalog", &lake.catalog])
+        .envs(lake.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "caudal iceberg snapshots: {}", String::from_utf8_lossy(&o.stderr));
+    let ids: Vec<u64> =
+        listed.lines().skip(1).map(|l| l.split_whitespace().nth(3).unwrap().parse().unwrap()).collect();
+    assert_eq!(ids, snapshots.iter().map(|s| s.0).collect::<Vec<_>>(), "{listed}");
+    assert!(listed.contains("readings-iceberg"), "{listed}");
 }
 
 #[test]

@@ -248,3 +248,149 @@ fn a_table_that_cannot_hold_the_record_type_fails_at_start_naming_the_column() {
     let err = writer.on_start(&mut ctx("a1", None)).unwrap_err().to_string();
     assert!(err.contains("column `ts`"), "{err}");
 }
+
+/// A reading as an older version of the record type had it: no `site`, no `name`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct OldReading {
+    sensor_id: i64,
+    ts: i64,
+    lat: f64,
+    lon: f64,
+    temp_c: f64,
+    temp_f: f64,
+}
+
+const OLD_READING_AVSC: &str = r#"{"type": "record", "name": "ProcessedReading", "namespace": "io.caudal", "fields": [
+  {"name": "sensor_id", "type": "long"},
+  {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+  {"name": "lat", "type": "double"}, {"name": "lon", "type": "double"},
+  {"name": "temp_c", "type": "double"}, {"name": "temp_f", "type": "double"}]}"#;
+
+impl caudal_schemas::AvroRecord for OldReading {
+    fn schema_json() -> &'static str {
+        OLD_READING_AVSC
+    }
+    fn schema() -> &'static caudal_schemas::Schema {
+        static S: std::sync::OnceLock<caudal_schemas::Schema> = std::sync::OnceLock::new();
+        S.get_or_init(|| caudal_schemas::parse_schema(OLD_READING_AVSC).unwrap())
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        use caudal_schemas::codec::{put_double, put_long};
+        put_long(out, self.sensor_id);
+        put_long(out, self.ts);
+        put_double(out, self.lat);
+        put_double(out, self.lon);
+        put_double(out, self.temp_c);
+        put_double(out, self.temp_f);
+    }
+    fn decode(_: &mut &[u8]) -> caudal_schemas::Result<Self> {
+        unreachable!("the writer only encodes")
+    }
+}
+
+/// One epoch of `R` records written and committed as checkpoint `checkpoint` by attempt `attempt`.
+fn write_epoch<R: caudal_schemas::AvroRecord + caudal::Data>(
+    config: &IcebergConfig,
+    attempt: &str,
+    checkpoint: u64,
+    records: Batch<R>,
+) {
+    let mut writer = IcebergWriter::<R>::new(config.clone(), "lake".into());
+    let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let (mut wctx, mut cctx) = (ctx(attempt, None), ctx(attempt, None));
+    writer.on_start(&mut wctx).unwrap();
+    committer.on_start(&mut cctx).unwrap();
+    let mut out = Vec::new();
+    writer.process_batch(records, &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(checkpoint), &mut out, &mut wctx).unwrap();
+    committer.write_batch(out, &mut cctx).unwrap();
+    committer.pre_commit(CheckpointId(checkpoint), &mut cctx).unwrap();
+    committer.on_checkpoint_complete(CheckpointId(checkpoint), &mut cctx).unwrap();
+}
+
+#[test]
+fn a_field_the_record_type_gained_becomes_a_column_and_old_rows_read_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    let old: Batch<OldReading> = readings(0, 10)
+        .into_iter()
+        .map(|r| {
+            let v = r.value;
+            Record::new(
+                r.ts,
+                OldReading {
+                    sensor_id: v.sensor_id,
+                    ts: v.ts,
+                    lat: v.lat,
+                    lon: v.lon,
+                    temp_c: v.temp_c,
+                    temp_f: v.temp_f,
+                },
+            )
+        })
+        .collect();
+    write_epoch(&config, "a1", 1, old);
+    // The job is upgraded: the record type has `site` and `name` now.
+    write_epoch(&config, "a2", 2, readings(10, 5));
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(ids, (0..15).collect::<Vec<_>>());
+    assert_eq!(checkpoints.len(), 2);
+    // pyiceberg, the independent reader, sees every row: the old ones with null site.
+    let Some(python) = service("CAUDAL_PYTHON") else { return };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/iceberg-read.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([&config.catalog_url, &config.catalog_name, &config.table])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        answer["columns"],
+        serde_json::json!(["sensor_id", "ts", "lat", "lon", "temp_c", "temp_f", "site", "name"])
+    );
+    let rows = answer["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 15);
+    for r in rows {
+        let id = r["sensor_id"].as_i64().unwrap();
+        if id < 10 {
+            assert!(r["site"].is_null() && r["name"].is_null(), "{r}");
+        } else {
+            assert_eq!(r["site"], "roof", "{r}");
+        }
+    }
+}
+
+#[test]
+fn keep_snapshots_expires_all_but_the_newest_and_the_rows_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    config.keep_snapshots = Some(2);
+    for c in 1..=4 {
+        write_epoch(&config, &format!("a{c}"), c, readings((c as i64 - 1) * 10, 10));
+    }
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(ids, (0..40).collect::<Vec<_>>());
+    assert_eq!(checkpoints, ["3", "4"]);
+}
+
+#[test]
+fn an_unreachable_catalog_is_retried_then_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        IcebergConfig::new("postgres://caudal@127.0.0.1:1/none", dir.path().to_str().unwrap(), "a.b");
+    config.retry.initial_backoff_ms = 50;
+    config.retry.max_backoff_ms = 100;
+    config.retry.give_up_after_secs = 1;
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config, "lake".into());
+    let mut c = ctx("a1", None);
+    let start = std::time::Instant::now();
+    let err = writer.on_start(&mut c).unwrap_err();
+    assert!(start.elapsed() >= std::time::Duration::from_secs(1), "gave up at once");
+    let msg = err.to_string();
+    assert!(msg.contains("iceberg") && msg.contains("gave up after"), "{msg}");
+    assert!(err.is_retryable(), "the catalog was away, not refusing: {msg}");
+    let retries =
+        c.metrics.counter(caudal::metrics::names::SINK_RETRIES).load(std::sync::atomic::Ordering::Relaxed);
+    assert!(retries >= 3, "{retries} retries");
+}
