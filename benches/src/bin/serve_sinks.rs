@@ -6,7 +6,10 @@
 //! * `latency`: a throttled run with event time = wall-clock time, a poller reading the
 //!   hashes every millisecond: reading → visible in Redis, p50/p99/max;
 //! * `job`: the whole temperature job with the file sink discarded and PostgreSQL, Redis
-//!   and a local archive on (readings/s).
+//!   and a local archive on (readings/s);
+//! * `iceberg`: readings → °C → an Iceberg table (SQL catalog in PostgreSQL, a local
+//!   warehouse, or `--iceberg-warehouse s3://…`): rows/s, snapshots, files per minute,
+//!   average file size and commit latency, at `--checkpoint-interval`.
 //!
 //! ```text
 //! cargo run --release -p caudal-benches --bin serve_sinks -- --mode postgres,redis,latency,job
@@ -32,6 +35,7 @@ enum Mode {
     Redis,
     Latency,
     Job,
+    Iceberg,
 }
 
 #[derive(Debug, Parser)]
@@ -58,6 +62,9 @@ struct Args {
     /// Latency run: seconds.
     #[arg(long, default_value_t = 10)]
     latency_secs: u64,
+    /// Iceberg run: the warehouse (default: a temporary directory).
+    #[arg(long)]
+    iceberg_warehouse: Option<String>,
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -117,6 +124,41 @@ fn postgres(args: &Args) -> anyhow::Result<()> {
     let written = result.operators.iter().find(|o| o.name == "pg").map_or(0, |o| o.records_in);
     report(&format!("postgres (p={})", args.parallelism), written, secs);
     drop_schema(&url, &schema);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn iceberg(args: &Args) -> anyhow::Result<()> {
+    use caudal_operators::iceberg::{metrics, IcebergConfig, IcebergSink};
+    let url = var("CAUDAL_POSTGRES_URL")?;
+    let dir = tempfile_dir()?;
+    let env = env(args, &dir);
+    let warehouse =
+        args.iceberg_warehouse.clone().unwrap_or_else(|| dir.join("warehouse").display().to_string());
+    let mut config = IcebergConfig::new(&url, &warehouse, &format!("{}.readings", unique("lake")));
+    config.s3 = JobConfig::default().with_env_overrides()?.checkpoints.storage.s3;
+    IcebergSink::new("lake", config).write(readings(&env, generator(args, 0.0, args.records, None))?);
+    let start = Instant::now();
+    let result = env.execute("bench-iceberg")?;
+    let secs = start.elapsed().as_secs_f64();
+    let written = result.operators.iter().find(|o| o.name == "lake-writer").map_or(0, |o| o.records_in);
+    let committer = result.operators.iter().find(|o| o.name == "lake-committer").context("no committer")?;
+    let c = |name: &str| committer.counters.get(name).copied().unwrap_or(0);
+    let (commits, files, bytes) =
+        (c(metrics::COMMITS).max(1), c(metrics::FILES).max(1), c(metrics::FILE_BYTES));
+    report(
+        &format!("iceberg (p={}, checkpoint {}s)", args.parallelism, args.checkpoint_interval),
+        written,
+        secs,
+    );
+    println!(
+        "  {} snapshots, {} files ({:.0} files/min), {:.1} MB per file, commit {:.0} ms on average",
+        c(metrics::COMMITS),
+        c(metrics::FILES),
+        files as f64 / secs * 60.0,
+        bytes as f64 / files as f64 / 1e6,
+        c(metrics::COMMIT_MS) as f64 / commits as f64
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -280,6 +322,7 @@ fn main() -> anyhow::Result<()> {
             Mode::Redis => redis_throughput(&args)?,
             Mode::Latency => latency(&args)?,
             Mode::Job => job(&args)?,
+            Mode::Iceberg => iceberg(&args)?,
         }
     }
     Ok(())

@@ -31,6 +31,8 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::ErrorKind;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// What the committer keeps in a checkpoint.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -51,6 +53,7 @@ pub struct IcebergCommitter {
     pending: Vec<DataFiles>,
     checkpointing: bool,
     what: String,
+    metrics: Arc<caudal::metrics::SubtaskMetrics>,
 }
 
 impl std::fmt::Debug for IcebergCommitter {
@@ -88,6 +91,7 @@ impl IcebergCommitter {
             received: Vec::new(),
             pending: Vec::new(),
             checkpointing: false,
+            metrics: Arc::default(),
         }
     }
 
@@ -99,6 +103,7 @@ impl IcebergCommitter {
         self.job = ctx.job_name.clone();
         self.attempt = ctx.attempt.clone();
         self.checkpointing = ctx.checkpointing;
+        self.metrics = ctx.metrics.clone();
         let retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.client = Some(TableClient::new(&self.config, self.what.clone(), retries)?);
         Ok(())
@@ -133,6 +138,8 @@ impl IcebergCommitter {
         let (job, sink, run) = (self.job.clone(), self.sink.clone(), self.run.clone());
         let rows: u64 = files.iter().map(|f| f.rows).sum();
         let keep = self.config.keep_snapshots;
+        let started = std::time::Instant::now();
+        let metrics = self.metrics.clone();
         let client = self.client()?;
         let committed = client.retry(&format!("committing checkpoint {epoch}"), |c| {
             let table = c.load()?;
@@ -168,6 +175,12 @@ impl IcebergCommitter {
         })?;
         match committed {
             Some(table) => {
+                let count =
+                    |name: &'static str, n: u64| metrics.counter(name).fetch_add(n, Ordering::Relaxed);
+                count(super::metrics::COMMITS, 1);
+                count(super::metrics::COMMIT_MS, started.elapsed().as_millis() as u64);
+                count(super::metrics::FILES, files.iter().map(|f| f.files.len() as u64).sum());
+                count(super::metrics::FILE_BYTES, files.iter().map(|f| f.bytes).sum());
                 tracing::debug!("caudal: {}: committed checkpoint {epoch} ({rows} rows)", client.what);
                 if let Some(keep) = keep {
                     expire(client, &table, keep);

@@ -43,6 +43,19 @@ pub use table::summary;
 pub use writer::{DataFiles, IcebergWriter};
 
 use caudal::{Data, DataStream, DataStreamSink};
+
+/// The committer's counters (the UI's operator view, `/metrics`).
+pub mod metrics {
+    /// Snapshots committed.
+    pub const COMMITS: &str = "iceberg_commits";
+    /// Milliseconds spent committing, all commits together (the catalog round trips, the
+    /// manifest and metadata writes).
+    pub const COMMIT_MS: &str = "iceberg_commit_ms";
+    /// Data files committed.
+    pub const FILES: &str = "iceberg_files";
+    /// Bytes of the data files committed.
+    pub const FILE_BYTES: &str = "iceberg_file_bytes";
+}
 use caudal_schemas::AvroRecord;
 
 /// An Iceberg table sink: writers at the stream's parallelism, one committer.

@@ -46,6 +46,9 @@ pub struct DataFiles {
     pub files: Vec<String>,
     /// Rows in them.
     pub rows: u64,
+    /// Bytes in them.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 type Builder =
@@ -191,6 +194,7 @@ impl<R: AvroRecord> IcebergWriter<R> {
         let partition_type =
             t.spec.partition_type(&t.schema).map_err(|e| Error::Internal(format!("{e:#}")))?;
         let mut json = Vec::with_capacity(files.len());
+        let bytes = files.iter().map(|f| f.file_size_in_bytes()).sum();
         for f in files {
             json.push(
                 iceberg::spec::serialize_data_file_to_json(
@@ -203,7 +207,7 @@ impl<R: AvroRecord> IcebergWriter<R> {
         }
         let (spec_id, schema_id) = (t.spec.spec_id(), t.schema.schema_id());
         let rows = std::mem::take(&mut self.rows);
-        Ok(Some(DataFiles { checkpoint, subtask, spec_id, schema_id, files: json, rows }))
+        Ok(Some(DataFiles { checkpoint, subtask, spec_id, schema_id, files: json, rows, bytes }))
     }
 }
 
