@@ -65,10 +65,13 @@ impl Operator for Tally {
     }
 }
 
+/// Each pre-commit's checkpoint and the newest tally received by then.
+type Seen = Arc<Mutex<Vec<(u64, Option<(u64, u64)>)>>>;
+
 /// At each pre-commit, the newest tally received and the checkpoint.
 struct Check {
     last: Option<(u64, u64)>,
-    seen: Arc<Mutex<Vec<(u64, Option<(u64, u64)>)>>>,
+    seen: Seen,
 }
 
 impl Sink for Check {
@@ -90,7 +93,7 @@ fn what_an_operator_emits_before_the_barrier_is_in_the_consumers_checkpoint() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     config.checkpoints.storage.url = dir.path().display().to_string();
     let env = StreamEnv::with_config(config);
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
     let sink_seen = seen.clone();
     let source = caudal::RateLimited::new(Count(3000), 10_000.0).unwrap_or_else(|e| panic!("{e}"));
     env.source("count", source, WatermarkStrategy::none())

@@ -1,7 +1,7 @@
-//! Safe by default (#11): the cluster has no authentication yet, so `caudal jobmanager`
+//! Safe by default (#11): without a cluster secret (`--secret-file`), `caudal jobmanager`
 //! refuses to listen off loopback — its REST API (`--bind`) or its control port
 //! (`--rpc-bind`) — naming the flag, unless `--insecure-allow-remote` says the network is the
-//! user's own.
+//! user's own. (With a secret: `tests/tests/cluster_auth.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
@@ -30,7 +30,7 @@ fn a_job_manager_off_loopback_is_refused_naming_the_flag_unless_allowed() {
         let out = jobmanager(&dir, &args).wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{flag}: started off loopback: {err}");
-        assert!(err.contains(flag) && err.contains("no authentication"), "{flag}: {err}");
+        assert!(err.contains(flag) && err.contains("without a cluster secret"), "{flag}: {err}");
     }
     // Allowed: it runs (until killed).
     let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,12 @@ use std::time::Duration;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// The cluster secret (a file of at least 16 bytes, e.g. `openssl rand -hex 32`): the job
+    /// manager, every task manager (and through it every executor) and the client commands
+    /// must use the same. Control and shuffle connections prove it; a job manager listening
+    /// off loopback also requires it as the REST API's bearer token.
+    #[arg(long, global = true, value_name = "FILE", env = "CAUDAL_CLUSTER_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,9 +51,9 @@ enum Commands {
         /// A task manager or executor silent this long is declared failed.
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
         heartbeat_timeout_ms: u64,
-        /// Listen on addresses other hosts reach (--bind, --rpc-bind off loopback) although the
-        /// cluster has no authentication yet: anyone who reaches the ports can run programs
-        /// on every task manager. Only on a network nobody else is on.
+        /// Listen on addresses other hosts reach (--bind, --rpc-bind off loopback) without a
+        /// --secret-file: anyone who reaches the ports can run programs on every task
+        /// manager. Only on a network nobody else is on.
         #[arg(long)]
         insecure_allow_remote: bool,
         /// Restarts allowed within --restart-window-secs; one more failure fails the job.
@@ -160,7 +166,14 @@ enum Commands {
 /// Entry point of the `caudal` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli.command) {
+    let secret = match cli.secret_file.as_deref().map(super::auth::ClusterSecret::from_file).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("caudal: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli.command, secret) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("caudal: {e}");
@@ -169,7 +182,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(command: Commands) -> Result<ExitCode> {
+fn run(command: Commands, secret: Option<super::auth::ClusterSecret>) -> Result<ExitCode> {
+    let client = |url: &str| JobManagerClient::new(url, secret.as_ref());
     match command {
         Commands::Jobmanager {
             bind,
@@ -197,6 +211,7 @@ fn run(command: Commands) -> Result<ExitCode> {
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
                 allow_remote: insecure_allow_remote,
+                secret: secret.clone(),
                 restart: RestartStrategy {
                     initial_backoff: Duration::from_millis(restart_backoff_ms),
                     max_backoff: Duration::from_millis(restart_backoff_max_ms.max(restart_backoff_ms)),
@@ -218,6 +233,7 @@ fn run(command: Commands) -> Result<ExitCode> {
                 slots,
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                secret: secret.clone(),
                 ..TaskManagerConfig::default()
             };
             if let Some(n) = name {
@@ -227,7 +243,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Submit { binary, parallelism, restore, wait, jobmanager, job_args } => {
-            let client = JobManagerClient::new(&jobmanager)?;
+            let client = client(&jobmanager)?;
             let sha = client.upload(&binary)?;
             let view =
                 client.submit(&SubmitRequest { binary_sha256: sha, args: job_args, parallelism, restore })?;
@@ -238,7 +254,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             follow_until_ended(&client, &view.name)
         }
         Commands::List { json, jobmanager } => {
-            let jobs = JobManagerClient::new(&jobmanager)?.jobs()?;
+            let jobs = client(&jobmanager)?.jobs()?;
             if json {
                 let text = serde_json::to_string_pretty(&jobs).map_err(|e| Error::Cluster(e.to_string()))?;
                 println!("{text}");
@@ -248,7 +264,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Commands::Savepoint { job, name, detach, timeout_secs, jobmanager } => {
-            let client = JobManagerClient::new(&jobmanager)?;
+            let client = client(&jobmanager)?;
             let asked = client.trigger_savepoint(&job, name.as_deref())?;
             eprintln!("savepoint `{}` of job `{job}` requested", asked.name);
             if detach {
@@ -257,7 +273,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             wait_for_savepoint(&client, &job, &asked.name, timeout_secs)
         }
         Commands::Stop { job, savepoint, wait, jobmanager } => {
-            let client = JobManagerClient::new(&jobmanager)?;
+            let client = client(&jobmanager)?;
             let view = client.stop(&job, savepoint.as_deref())?;
             println!("stopping job `{}` (was {:?})", view.name, view.status);
             if !wait {
@@ -266,7 +282,7 @@ fn run(command: Commands) -> Result<ExitCode> {
             wait_until_stopped(&client, &job)
         }
         Commands::Cancel { job, jobmanager } => {
-            let view = JobManagerClient::new(&jobmanager)?.cancel(&job)?;
+            let view = client(&jobmanager)?.cancel(&job)?;
             println!("cancelling job `{}` (was {:?})", view.name, view.status);
             Ok(ExitCode::SUCCESS)
         }

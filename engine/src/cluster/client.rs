@@ -18,18 +18,30 @@ pub(crate) struct JobManagerClient {
 }
 
 impl JobManagerClient {
-    pub(crate) fn new(url: &str) -> Result<Self> {
+    /// A client of `url`; with `secret`, every request carries it as the bearer token.
+    pub(crate) fn new(url: &str, secret: Option<&super::auth::ClusterSecret>) -> Result<Self> {
         let base = url.trim().trim_end_matches('/').to_string();
         if !base.starts_with("http://") {
             return Err(Error::config("--jobmanager", format!("expected http://HOST:PORT, got `{url}`")));
         }
-        let agent = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
             .timeout_connect(Some(Duration::from_secs(5)))
-            .timeout_global(Some(Duration::from_secs(120)))
-            .build()
-            .into();
+            .timeout_global(Some(Duration::from_secs(120)));
+        if let Some(secret) = secret {
+            let value = format!("Bearer {}", secret.bearer());
+            config = config.middleware(
+                move |mut req: ureq::http::Request<ureq::SendBody>,
+                      next: ureq::middleware::MiddlewareNext| {
+                    if let Ok(v) = ureq::http::HeaderValue::from_str(&value) {
+                        req.headers_mut().insert(ureq::http::header::AUTHORIZATION, v);
+                    }
+                    next.handle(req)
+                },
+            );
+        }
+        let agent = config.build().into();
         Ok(JobManagerClient { base, agent })
     }
 
@@ -46,6 +58,14 @@ impl JobManagerClient {
     fn unreachable(&self, e: ureq::Error) -> Error {
         Error::Cluster(format!(
             "cannot reach the job manager at {}: {e} (is `caudal jobmanager` running there? set --jobmanager URL)",
+            self.base
+        ))
+    }
+
+    fn unauthorized(&self) -> Error {
+        Error::Cluster(format!(
+            "the job manager at {} answered 401 Unauthorized: it listens off loopback and needs the cluster \
+             secret as a bearer token (--secret-file FILE or CAUDAL_CLUSTER_SECRET_FILE)",
             self.base
         ))
     }
@@ -129,8 +149,10 @@ impl JobManagerClient {
     pub(crate) fn upload(&self, path: &std::path::Path) -> Result<String> {
         let sha = sha256_of_file(path)?;
         let url = format!("{}/api/v1/cluster/blobs/{sha}", self.base);
-        if self.agent.head(&url).call().map_err(|e| self.unreachable(e))?.status() == 200 {
-            return Ok(sha); // content-addressed: the job manager has it already
+        match self.agent.head(&url).call().map_err(|e| self.unreachable(e))?.status().as_u16() {
+            200 => return Ok(sha), // content-addressed: the job manager has it already
+            401 => return Err(self.unauthorized()),
+            _ => {}
         }
         let file =
             std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;

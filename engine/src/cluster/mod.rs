@@ -27,6 +27,7 @@
 //! slots as the job's largest parallelism); subtasks spread over several task managers with
 //! a TCP shuffle between them are the next step.
 
+pub mod auth;
 pub(crate) mod blob;
 pub mod cli;
 pub(crate) mod client;

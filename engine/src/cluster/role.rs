@@ -36,6 +36,8 @@ pub(crate) struct ExecutorSettings {
     pub(crate) executor_id: String,
     /// Exit when stdin reaches its end (the parent task manager is gone).
     pub(crate) watch_stdin: bool,
+    /// The cluster secret the task manager handed over (`CAUDAL_CLUSTER_SECRET_FILE`).
+    pub(crate) secret: Option<super::auth::ClusterSecret>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -62,7 +64,13 @@ impl ClusterRole {
                 )
             })?;
             let watch_stdin = var("CAUDAL__EXECUTOR_WATCH_STDIN").is_some_and(|v| v != "0");
-            return Ok(ClusterRole::Executor(ExecutorSettings { jobmanager, executor_id, watch_stdin }));
+            let secret = super::auth::ClusterSecret::from_env()?;
+            return Ok(ClusterRole::Executor(ExecutorSettings {
+                jobmanager,
+                executor_id,
+                watch_stdin,
+                secret,
+            }));
         }
         Ok(ClusterRole::Embedded)
     }

@@ -86,6 +86,7 @@ pub(crate) fn start(
     peers: &[Peer],
     capacity: usize,
     control: &JobControl,
+    secret: Option<super::auth::ClusterSecret>,
 ) -> Result<Vec<std::thread::JoinHandle<()>>> {
     let RemoteChannels { outbound, inbound, .. } = channels;
     let mut senders = Vec::new();
@@ -98,11 +99,11 @@ pub(crate) fn start(
     }
     for (peer, chans) in by_peer {
         let addr = peers[peer].addr.clone();
-        let control = control.clone();
+        let (control, secret) = (control.clone(), secret.clone());
         let sender = std::thread::Builder::new()
             .name(format!("caudal-send-{peer}"))
             .spawn(move || {
-                if let Err(e) = send_loop(&addr, me, chans, capacity as i64, &control) {
+                if let Err(e) = send_loop(&addr, me, chans, capacity as i64, &control, secret.as_ref()) {
                     fail(&control, format!("data connection to the executor at {addr}: {e}"));
                 }
             })
@@ -131,9 +132,14 @@ pub(crate) fn start(
         std::thread::Builder::new()
             .name("caudal-data-accept".into())
             .spawn(move || {
-                for stream in listener.incoming().flatten() {
-                    let (inbound, control) = (inbound.clone(), control.clone());
+                for mut stream in listener.incoming().flatten() {
+                    let (inbound, control, secret) = (inbound.clone(), control.clone(), secret.clone());
                     let _ = std::thread::Builder::new().name("caudal-recv".into()).spawn(move || {
+                        // A peer without the secret is refused and logged; the job goes on.
+                        if let Err(e) = super::auth::accept(&mut stream, secret.as_ref()) {
+                            tracing::warn!("caudal executor: data connection refused: {e}");
+                            return;
+                        }
                         if let Err(e) = receive_loop(stream, &inbound, capacity as i64, &control) {
                             fail(&control, format!("data connection: {e}"));
                         }
@@ -160,8 +166,17 @@ fn connect(addr: &str, control: &JobControl) -> Result<TcpStream> {
     }
 }
 
-fn send_loop(addr: &str, me: u32, chans: Vec<Outbound>, capacity: i64, control: &JobControl) -> Result<()> {
-    let stream = connect(addr, control)?;
+fn send_loop(
+    addr: &str,
+    me: u32,
+    chans: Vec<Outbound>,
+    capacity: i64,
+    control: &JobControl,
+    secret: Option<&super::auth::ClusterSecret>,
+) -> Result<()> {
+    let mut stream = connect(addr, control)?;
+    super::auth::connect(&mut stream, secret)
+        .map_err(|e| Error::io("authenticating a data connection", e))?;
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().map_err(|e| Error::io("cloning a data socket", e))?);
     let mut writer = BufWriter::new(stream);
@@ -397,8 +412,10 @@ mod tests {
             Peer { slots: vec![1], addr: l1.local_addr().unwrap().to_string() },
         ];
         let control = JobControl::default();
-        let senders = start(l0, producer_side, 0, &peers, capacity, &control).unwrap();
-        assert!(start(l1, consumer_side, 1, &peers, capacity, &control).unwrap().is_empty());
+        // Both executors prove the cluster secret on the data connection.
+        let secret = Some(super::super::auth::ClusterSecret::from_bytes(b"a shuffle test's secret"));
+        let senders = start(l0, producer_side, 0, &peers, capacity, &control, secret.clone()).unwrap();
+        assert!(start(l1, consumer_side, 1, &peers, capacity, &control, secret).unwrap().is_empty());
         // The consumer reads nothing: the producer fills its channel, the consumer's channel
         // and nothing more — backpressure across the connection.
         let mut sent = 0u64;

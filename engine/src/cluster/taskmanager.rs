@@ -37,6 +37,9 @@ pub struct TaskManagerConfig {
     pub data_dir: PathBuf,
     /// The job manager silent this long is lost (`--heartbeat-timeout-ms`).
     pub heartbeat_timeout: Duration,
+    /// The cluster secret (`--secret-file`), proven to the job manager and handed to the
+    /// executors ([`crate::cluster::auth`]).
+    pub secret: Option<crate::cluster::auth::ClusterSecret>,
 }
 
 fn hostname() -> String {
@@ -55,6 +58,7 @@ impl Default for TaskManagerConfig {
             name: format!("{}-{}", hostname(), std::process::id()),
             data_dir: PathBuf::from("data/taskmanager"),
             heartbeat_timeout: Duration::from_secs(5),
+            secret: None,
         }
     }
 }
@@ -72,7 +76,7 @@ pub fn run(config: TaskManagerConfig) -> Result<()> {
     if config.slots == 0 {
         return Err(Error::config("--slots", "must be at least 1"));
     }
-    let client = JobManagerClient::new(&config.jobmanager)?;
+    let client = JobManagerClient::new(&config.jobmanager, config.secret.as_ref())?;
     let blobs = BlobStore::open(&config.data_dir.join("blobs"))?;
     let mut announced = String::new();
     loop {
@@ -169,6 +173,8 @@ impl<'a> Session<'a> {
         let mut stream = TcpStream::connect(&rpc).map_err(|e| {
             SessionEnd::Retry(format!("cannot reach the job manager's control port {rpc}: {e}"))
         })?;
+        crate::cluster::auth::connect(&mut stream, config.secret.as_ref())
+            .map_err(|e| SessionEnd::Retry(format!("authenticating at {rpc}: {e}")))?;
         let hello = Hello::TaskManager {
             name: config.name.clone(),
             slots: config.slots,
@@ -237,11 +243,15 @@ impl<'a> Session<'a> {
         match msg {
             ToTaskManager::StartExecutor { executor_id, binary_sha256, args, env } => {
                 let (client, blobs, tx) = (self.client.clone(), self.blobs.clone(), self.started_tx.clone());
-                let exec_env = vec![
+                let mut exec_env = vec![
                     ("CAUDAL__EXECUTOR".to_string(), self.rpc.clone()),
                     ("CAUDAL__EXECUTOR_ID".to_string(), executor_id.clone()),
                     ("CAUDAL__EXECUTOR_WATCH_STDIN".to_string(), "1".to_string()),
                 ];
+                if let Some(secret) = &self.config.secret {
+                    let path = secret.path().display().to_string();
+                    exec_env.push((crate::cluster::auth::SECRET_FILE_ENV.to_string(), path));
+                }
                 // Downloading may take a while: never stall the heartbeats.
                 let _ = std::thread::Builder::new().name("caudal-start-executor".into()).spawn(move || {
                     let r = start_executor(

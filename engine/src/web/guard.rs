@@ -25,11 +25,14 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Guard {
     allowed_hosts: Vec<String>,
+    /// When set (a job manager listening off loopback), every request must carry
+    /// `Authorization: Bearer <the cluster secret>`.
+    bearer: Option<crate::cluster::auth::ClusterSecret>,
 }
 
 impl Guard {
-    pub(crate) fn new(allowed_hosts: &[String]) -> Self {
-        Guard { allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect() }
+    pub(crate) fn new(allowed_hosts: &[String], bearer: Option<crate::cluster::auth::ClusterSecret>) -> Self {
+        Guard { allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(), bearer }
     }
 
     /// Why `host` (a `Host` header's value, `name[:port]`) is refused, if it is.
@@ -51,6 +54,16 @@ impl Guard {
     fn check(&self, req: &Request) -> Option<(StatusCode, String)> {
         let headers = req.headers();
         let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        if let Some(secret) = &self.bearer {
+            if !text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h)) {
+                return Some((
+                    StatusCode::UNAUTHORIZED,
+                    "this job manager listens off loopback: every request needs `Authorization: Bearer <the \
+                     cluster secret>` (caudal commands: --secret-file or CAUDAL_CLUSTER_SECRET_FILE)"
+                        .to_string(),
+                ));
+            }
+        }
         let host =
             text(header::HOST).map(str::to_string).or_else(|| req.uri().authority().map(|a| a.to_string()));
         if let Some(host) = &host {
@@ -134,7 +147,7 @@ mod tests {
 
     #[test]
     fn hosts_other_than_addresses_localhost_and_allowed_names_are_refused() {
-        let g = Guard::new(&["caudal.internal".into()]);
+        let g = Guard::new(&["caudal.internal".into()], None);
         for ok in [
             "127.0.0.1:8081",
             "localhost:8081",

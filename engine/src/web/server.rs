@@ -32,7 +32,7 @@ impl WebServer {
     ///
     /// Fails with a configuration error naming `web_bind` when the address cannot be bound.
     pub fn start(bind: SocketAddr, registry: Arc<JobRegistry>) -> Result<WebServer> {
-        Self::start_with(bind, registry, axum::Router::new(), &[])
+        Self::start_with(bind, registry, axum::Router::new(), &[], None)
     }
 
     /// Like [`WebServer::start`], also serving `extra` routes (the job manager's own
@@ -43,6 +43,7 @@ impl WebServer {
         registry: Arc<JobRegistry>,
         extra: axum::Router,
         allowed_hosts: &[String],
+        bearer: Option<crate::cluster::auth::ClusterSecret>,
     ) -> Result<WebServer> {
         let listener = std::net::TcpListener::bind(bind)
             .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
@@ -59,7 +60,7 @@ impl WebServer {
                 .map_err(|e| Error::io("web server: registering the listener", e))?
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let guard = Arc::new(super::guard::Guard::new(allowed_hosts));
+        let guard = Arc::new(super::guard::Guard::new(allowed_hosts, bearer));
         let app = api::router(registry.clone())
             .merge(extra)
             .layer(axum::middleware::from_fn_with_state(guard, super::guard::guard));
@@ -95,7 +96,7 @@ impl WebServer {
     pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>, allowed_hosts: &[String]) -> Result<WebServer> {
         let registry = Arc::new(JobRegistry::new());
         registry.register(job);
-        Self::start_with(bind, registry, axum::Router::new(), allowed_hosts)
+        Self::start_with(bind, registry, axum::Router::new(), allowed_hosts, None)
     }
 
     /// The address the server listens on (the real port when bound to port 0).

@@ -59,9 +59,12 @@ pub struct JobManagerConfig {
     pub data_dir: PathBuf,
     /// A task manager or executor silent this long is declared failed (`--heartbeat-timeout-ms`).
     pub heartbeat_timeout: Duration,
-    /// Listen off loopback although the cluster has no authentication
-    /// (`--insecure-allow-remote`); refused otherwise.
+    /// Listen off loopback without a cluster secret (`--insecure-allow-remote`); refused
+    /// otherwise.
     pub allow_remote: bool,
+    /// The cluster secret (`--secret-file`): every control and shuffle connection proves it
+    /// ([`crate::cluster::auth`]); off loopback it is also the REST API's bearer token.
+    pub secret: Option<crate::cluster::auth::ClusterSecret>,
     /// Restarts after failures.
     pub restart: RestartStrategy,
 }
@@ -77,6 +80,7 @@ impl Default for JobManagerConfig {
             data_dir: PathBuf::from("data/jobmanager"),
             heartbeat_timeout: Duration::from_secs(5),
             allow_remote: false,
+            secret: None,
             restart: RestartStrategy::default(),
         }
     }
@@ -134,13 +138,14 @@ impl JobManager {
     pub fn start(config: JobManagerConfig) -> Result<JobManager> {
         let mut config = config;
         for (flag, addr) in [("--bind", config.http_bind), ("--rpc-bind", config.rpc_bind)] {
-            if !addr.ip().is_loopback() && !config.allow_remote {
+            if !addr.ip().is_loopback() && !config.allow_remote && config.secret.is_none() {
                 return Err(Error::config(
                     flag,
                     format!(
-                        "refusing to listen on {addr}: the cluster has no authentication yet, so anyone who \
-                         reaches this port could upload a program and run it on every task manager. Bind to \
-                         127.0.0.1 (the default), or pass --insecure-allow-remote on a network only you control"
+                        "refusing to listen on {addr} without a cluster secret: anyone who reaches this port \
+                         could upload a program and run it on every task manager. Give every process of the \
+                         cluster --secret-file FILE (e.g. `openssl rand -hex 32 > FILE`), bind to 127.0.0.1 \
+                         (the default), or pass --insecure-allow-remote on a network only you control"
                     ),
                 ));
             }
@@ -173,6 +178,8 @@ impl JobManager {
             registry,
             http::routes(cluster.clone()),
             &cluster.config.http_allowed_hosts,
+            // Off loopback the REST API takes the cluster secret as its bearer token.
+            cluster.config.secret.clone().filter(|_| !cluster.config.http_bind.ip().is_loopback()),
         )?;
         let accepting = cluster.clone();
         std::thread::Builder::new()
@@ -221,6 +228,7 @@ fn accept_loop(cluster: Arc<Cluster>, listener: TcpListener) {
 }
 
 fn on_connection(cluster: &Arc<Cluster>, mut stream: TcpStream) -> std::io::Result<()> {
+    crate::cluster::auth::accept(&mut stream, cluster.config.secret.as_ref())?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let hello: Hello = read_frame(&mut stream)?;
     stream.set_read_timeout(None)?;

@@ -1,0 +1,143 @@
+//! The cluster secret (#11): a job manager, task managers and executors that share
+//! `--secret-file` run a job whose shuffle crosses processes, every control and data
+//! connection authenticated; a task manager with another secret (or none) is refused while
+//! the job runs on and finishes with exactly the output its input implies; a job manager
+//! listening off loopback answers 401 to a request without the secret as bearer token, so an
+//! unauthenticated submit runs nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cluster_support;
+#[allow(dead_code)] // the alert half of the model is not used here
+#[path = "../../jobs/tests/common/oracle.rs"]
+mod oracle;
+
+use cluster_support::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, secret).unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&path, perms).unwrap();
+    path.display().to_string()
+}
+
+/// A bounded run of ~6 s (the generator throttled) with the file sink.
+fn job_args(out: &Path) -> Vec<String> {
+    let mut args: Vec<String> = oracle::RUN_ARGS.iter().chain(&["--no-ui"]).map(|s| s.to_string()).collect();
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "50".into();
+    args.extend(["--output".into(), out.display().to_string()]);
+    args
+}
+
+fn published(dir: &Path, folder: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "jsonl") {
+            lines.extend(std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines.sort();
+    lines
+}
+
+#[test]
+fn with_a_cluster_secret_the_job_runs_and_a_task_manager_without_it_is_refused() {
+    let keys = tempfile::tempdir().unwrap();
+    let secret = secret_file(keys.path(), "secret", "5f0c3b9e1d2a4c6b8e7f9a0b1c2d3e4f\n");
+    let wrong = secret_file(keys.path(), "wrong", "00000000000000000000000000000000\n");
+    let mut c = Cluster::start_with(&[], None, &[("CAUDAL_CLUSTER_SECRET_FILE", secret)]);
+    // One slot each: a job at parallelism 2 spans both, its key_by shuffle crosses processes.
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager("tm-2", 1);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let o = c.submit(2, &job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    assert_eq!(running["task_managers"].as_array().unwrap().len(), 2, "{running:#}");
+
+    // Intruders: another secret, and none at all.
+    c.start_taskmanager_with_env("intruder", 4, &[("CAUDAL_CLUSTER_SECRET_FILE", wrong.as_str())]);
+    c.start_taskmanager_with_env("anonymous", 4, &[("CAUDAL_CLUSTER_SECRET_FILE", "")]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refusals = |c: &Cluster| c.logs().matches("control connection refused").count();
+    while refusals(&c) < 2 {
+        assert!(Instant::now() < deadline, "the intruders were not refused:{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info = c.get("/api/v1/cluster").unwrap();
+    let names: Vec<&str> =
+        info["task_managers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(!names.contains(&"intruder") && !names.contains(&"anonymous"), "{names:?}");
+    assert!(c.logs().contains("refused this process's cluster secret"), "the intruder says why:{}", c.logs());
+
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert_eq!(done["restarts"], 0, "the intruders disturbed nothing: {done:#}");
+    let (windows, readings) = oracle::expected(&oracle::Model::RUN);
+    assert!(published(&out, "readings") == readings, "readings differ from what the input implies");
+    assert!(published(&out, "windows") == windows, "windows differ from what the input implies");
+}
+
+#[test]
+fn off_loopback_the_rest_api_needs_the_secret_and_an_unauthenticated_submit_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), "secret", "a-cluster-secret-of-enough-length\n");
+    let (http, rpc) = (free_port(), free_port());
+    let mut jm = Command::new(caudal())
+        .args(["jobmanager", "--bind", &format!("0.0.0.0:{http}"), "--rpc-bind", &format!("0.0.0.0:{rpc}")])
+        .args(["--data-dir", &dir.path().join("jm").display().to_string()])
+        .args(["--checkpoint-dir", &dir.path().join("ckpt").display().to_string()])
+        .args(["--secret-file", &secret])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let url = format!("http://127.0.0.1:{http}/api/v1/cluster");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Ok(r) = agent.get(&url).call() {
+            break r.status().as_u16();
+        }
+        assert!(Instant::now() < deadline, "the job manager did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 401, "a request without the bearer token");
+    let token = std::fs::read_to_string(&secret).unwrap();
+    let r = agent.get(&url).header("Authorization", &format!("Bearer {}", token.trim())).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200, "with the token");
+    let wrong = agent.get(&url).header("Authorization", "Bearer not-the-secret-at-all").call().unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+
+    // `caudal submit` without the secret: refused, nothing runs.
+    let jobmanager = format!("http://127.0.0.1:{http}");
+    let o = Command::new(caudal())
+        .env_remove("CAUDAL_CLUSTER_SECRET_FILE")
+        .args(["submit", &temperature().display().to_string(), "--jobmanager", &jobmanager, "--", "--no-ui"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("401") || stderr(&o).contains("Bearer"), "{}", stderr(&o));
+    // With it, the listing works and shows no job.
+    let o = Command::new(caudal())
+        .args(["list", "--json", "--jobmanager", &jobmanager, "--secret-file", &secret])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let jobs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(jobs, serde_json::json!([]), "nothing was submitted");
+    jm.kill().unwrap();
+    let _ = jm.wait();
+}
