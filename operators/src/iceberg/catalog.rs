@@ -113,6 +113,14 @@ impl PostgresCatalog {
         })
     }
 
+    /// The catalog `config` names, its files reached with `config`'s S3 settings.
+    pub async fn for_config(config: &super::IcebergConfig) -> Result<Self> {
+        let warehouse =
+            config.warehouse_uri().map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?;
+        let io = super::storage::file_io(&config.s3);
+        Self::connect(&config.catalog_url, &config.catalog_name, &warehouse, io).await
+    }
+
     /// Whether the database connection is gone (a new catalog must connect).
     pub fn is_closed(&self) -> bool {
         self.client.is_closed()

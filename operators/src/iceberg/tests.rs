@@ -48,15 +48,7 @@ fn ctx(attempt: &str, restored: Option<u64>) -> OperatorContext {
 fn table_contents(config: &IcebergConfig) -> (Vec<i64>, Vec<String>, String) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let io = super::storage::file_io(&config.s3);
-        let catalog = PostgresCatalog::connect(
-            &config.catalog_url,
-            &config.catalog_name,
-            &config.warehouse_uri().unwrap(),
-            io,
-        )
-        .await
-        .unwrap();
+        let catalog = PostgresCatalog::for_config(config).await.unwrap();
         let (ns, name) = config.table_ident().unwrap();
         let ident = TableIdent::new(iceberg::NamespaceIdent::from_vec(ns).unwrap(), name);
         let table = catalog.load_table(&ident).await.unwrap();
@@ -219,15 +211,7 @@ fn a_table_that_cannot_hold_the_record_type_fails_at_start_naming_the_column() {
     // The table exists with `ts` as a string.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let io = super::storage::file_io(&config.s3);
-        let catalog = PostgresCatalog::connect(
-            &config.catalog_url,
-            &config.catalog_name,
-            &config.warehouse_uri().unwrap(),
-            io,
-        )
-        .await
-        .unwrap();
+        let catalog = PostgresCatalog::for_config(&config).await.unwrap();
         let (ns, name) = config.table_ident().unwrap();
         let ns = iceberg::NamespaceIdent::from_vec(ns).unwrap();
         catalog.create_namespace(&ns, Default::default()).await.unwrap();
