@@ -172,7 +172,37 @@ fn a_broker_leading_an_output_partition_and_transactions_killed_mid_run_loses_an
         assert!(start.elapsed() < Duration::from_secs(60), "no checkpoint completed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let victim = leaders(&stack.brokers, &readings)[0];
+    // The victim leads an output partition and the readings sink sends to it (its
+    // statistics come every second): the kill hits a broker the producers use.
+    let requests_to = |v: &serde_json::Value, broker: i32| -> i64 {
+        v["producers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["broker"].as_i64() == Some(i64::from(broker)) && p["operator"] == "readings-sink")
+            .filter_map(|p| p["requests"].as_i64())
+            .sum()
+    };
+    let asked = Instant::now();
+    let victim = loop {
+        let output_leaders = leaders(&stack.brokers, &readings);
+        let used = kafka_api().and_then(|v| {
+            output_leaders
+                .iter()
+                .copied()
+                .filter(|&b| requests_to(&v, b) > 0)
+                .max_by_key(|&b| requests_to(&v, b))
+        });
+        if let Some(b) = used {
+            break b;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "the readings sink sends to none of its partitions' leaders {output_leaders:?}: {:?}",
+            kafka_api()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let coordinates = leaders(&stack.brokers, "__transaction_state");
     assert!(
         coordinates.contains(&victim),

@@ -558,6 +558,34 @@ fn bad_submissions_are_clear_errors_and_the_cluster_keeps_running() {
     let o = c.cli(&["submit", "/bin/true", "--jobmanager", &c.url()]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a Caudal job binary"), "{}", stderr(&o));
+    // Not even an executable: refused before anything is uploaded.
+    let script = c.dir.path().join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let o = c.cli(&["submit", script.to_str().unwrap(), "--jobmanager", &c.url()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is not an executable"), "{}", stderr(&o));
+    // A raw upload of 64 MiB that is no executable: refused with the reason, nothing stored.
+    let junk = vec![0u8; 64 << 20];
+    let sha = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&junk).iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let mut r = c
+        .agent
+        .put(format!("{}/api/v1/cluster/blobs/{sha}", c.url()))
+        .content_type("application/octet-stream")
+        .send(&junk[..])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.body_mut().read_json().unwrap();
+    assert!(body["error"].as_str().unwrap().contains("not an executable"), "{body}");
+    let stored: Vec<_> = std::fs::read_dir(c.dir.path().join("jm").join("blobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&sha))
+        .collect();
+    assert!(stored.is_empty(), "{stored:?}");
     // More parallelism than slots.
     let o = c.submit(3, &job_args(&out));
     assert!(!o.status.success());

@@ -58,6 +58,7 @@ fn with_a_cluster_secret_the_job_runs_and_a_task_manager_without_it_is_refused()
     let out = c.dir.path().join("out");
     let o = c.submit(2, &job_args(&out));
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    assert!(stderr(&o).contains("uploading temperature: 100%"), "upload progress: {}", stderr(&o));
     let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
         status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
     });

@@ -67,6 +67,8 @@ impl BlobStore {
             sha: sha.to_string(),
             tmp,
             path: self.path(sha),
+            written: 0,
+            head: Vec::with_capacity(4),
         })
     }
 }
@@ -79,16 +81,50 @@ pub(crate) struct BlobWriter {
     sha: String,
     tmp: PathBuf,
     path: PathBuf,
+    written: u64,
+    /// The first bytes, until they show an ELF executable.
+    head: Vec<u8>,
 }
 
+/// The largest job binary accepted (a debug build with line tables and RocksDB is ~500 MB).
+pub(crate) const MAX_BINARY_BYTES: u64 = 2 << 30;
+
+/// What every job binary starts with: an ELF executable's magic number.
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+
 impl BlobWriter {
+    /// Appends `chunk`; refuses an upload that is not an ELF executable (from its first
+    /// bytes) or grows past [`MAX_BINARY_BYTES`], before storing more of it.
     pub(crate) fn write(&mut self, chunk: &[u8]) -> Result<()> {
+        if self.head.len() < ELF_MAGIC.len() {
+            let take = (ELF_MAGIC.len() - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+            if !ELF_MAGIC.starts_with(&self.head) {
+                return Err(Error::Cluster(
+                    "the upload is not an executable (no ELF header): a job binary is a program built with \
+                     Caudal (cargo build --release --bin JOB); nothing was stored"
+                        .into(),
+                ));
+            }
+        }
+        self.written += chunk.len() as u64;
+        if self.written > MAX_BINARY_BYTES {
+            return Err(Error::Cluster(format!(
+                "the upload is larger than {} MiB, the most a job binary may be; nothing was stored",
+                MAX_BINARY_BYTES >> 20
+            )));
+        }
         self.hasher.update(chunk);
         self.file.write_all(chunk).map_err(|e| Error::io(format!("writing {}", self.tmp.display()), e))
     }
 
     /// Checks the hash and publishes the blob under its name.
     pub(crate) fn finish(mut self) -> Result<PathBuf> {
+        if self.head.len() < ELF_MAGIC.len() {
+            return Err(Error::Cluster(
+                "the upload is too short to be a job binary; nothing was stored".into(),
+            ));
+        }
         let actual: String =
             std::mem::take(&mut self.hasher).finalize().iter().map(|b| format!("{b:02x}")).collect();
         if actual != self.sha {
@@ -138,13 +174,32 @@ mod tests {
     fn blobs_are_named_by_their_hash_and_a_wrong_hash_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::open(dir.path()).unwrap();
-        let sha = sha256_hex(b"hello");
-        assert_eq!(sha, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
-        let p = store.put(&sha, b"hello").unwrap();
-        assert_eq!(std::fs::read(p).unwrap(), b"hello");
+        assert_eq!(sha256_hex(b"hello"), "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        let binary = b"\x7fELF and the rest of a program";
+        let sha = sha256_hex(binary);
+        let p = store.put(&sha, binary).unwrap();
+        assert_eq!(std::fs::read(p).unwrap(), binary);
         assert!(store.contains(&sha));
-        let err = store.put(&sha256_hex(b"other"), b"hello").unwrap_err();
+        let err = store.put(&sha256_hex(b"other"), binary).unwrap_err();
         assert!(err.to_string().contains("changed or truncated"), "{err}");
         assert!(store.put("../etc", b"x").is_err());
+    }
+
+    #[test]
+    fn what_is_not_an_executable_is_refused_from_its_first_bytes_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let text = b"#!/bin/sh\nrm -rf /\n";
+        let err = store.put(&sha256_hex(text), text).unwrap_err();
+        assert!(err.to_string().contains("not an executable"), "{err}");
+        // The header split over chunks is still recognised, and a prefix of it is too short.
+        let mut w = store.writer(&sha256_hex(b"\x7fELF")).unwrap();
+        w.write(b"\x7fE").unwrap();
+        w.write(b"LF").unwrap();
+        w.finish().unwrap();
+        let err = store.put(&sha256_hex(b"\x7fE"), b"\x7fE").unwrap_err();
+        assert!(err.to_string().contains("too short"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 1, "only the accepted blob is stored: {left:?}");
     }
 }

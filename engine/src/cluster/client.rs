@@ -156,12 +156,27 @@ impl JobManagerClient {
         }
         let file =
             std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut head = [0u8; 4];
+        let is_elf = std::io::Read::read_exact(&mut (&file), &mut head).is_ok() && &head == b"\x7fELF";
+        if !is_elf {
+            return Err(Error::Cluster(format!(
+                "{} is not an executable (no ELF header): submit a job binary built with Caudal \
+                 (cargo build --release --bin JOB)",
+                path.display()
+            )));
+        }
+        let file =
+            std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let name =
+            path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let reader = Progress { inner: file, name, size, sent: 0, shown: 0 };
         let _: serde_json::Value = self.answer(
             "upload",
             self.agent
                 .put(format!("{}/api/v1/cluster/blobs/{sha}", self.base))
                 .content_type("application/octet-stream")
-                .send(file),
+                .send(ureq::SendBody::from_owned_reader(reader)),
         )?;
         Ok(sha)
     }
@@ -192,5 +207,32 @@ impl JobManagerClient {
             writer.write(&buf[..n])?;
         }
         writer.finish().map(|_| ())
+    }
+}
+
+/// A file being uploaded, saying on stderr how far it got (every 10 %).
+struct Progress {
+    inner: std::fs::File,
+    name: String,
+    size: u64,
+    sent: u64,
+    shown: u64,
+}
+
+impl std::io::Read for Progress {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sent += n as u64;
+        let tenths = (self.sent * 10).checked_div(self.size).unwrap_or(10);
+        if tenths > self.shown {
+            self.shown = tenths;
+            eprintln!(
+                "uploading {}: {}% of {:.1} MB",
+                self.name,
+                (tenths * 10).min(100),
+                self.size as f64 / 1e6
+            );
+        }
+        Ok(n)
     }
 }

@@ -81,17 +81,40 @@ async fn upload(State(c): St, Path(sha): Path<String>, body: Body) -> Response {
         return (StatusCode::OK, Json(serde_json::json!({ "binary_sha256": sha }))).into_response();
     }
     let mut writer = match c.blobs.writer(&sha) {
-        Ok(w) => w,
+        Ok(w) => Some(w),
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
+    // A refused upload (not an executable, too large) stores nothing more; the rest of the
+    // body is read and dropped (up to the size limit) so the client gets the reason.
+    let mut refused: Option<String> = None;
+    let mut dropped = 0u64;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let written =
-            chunk.map_err(|e| e.to_string()).and_then(|c| writer.write(&c).map_err(|e| e.to_string()));
-        if let Err(e) = written {
-            return error(StatusCode::BAD_REQUEST, format!("receiving binary {sha}: {e}"));
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("receiving binary {sha}: {e}")),
+        };
+        match writer.as_mut() {
+            Some(w) => {
+                if let Err(e) = w.write(&chunk) {
+                    refused = Some(e.to_string());
+                    writer = None; // deletes what was written
+                }
+            }
+            None => {
+                dropped += chunk.len() as u64;
+                if dropped > crate::cluster::blob::MAX_BINARY_BYTES {
+                    break;
+                }
+            }
         }
     }
+    if let Some(why) = refused {
+        let status =
+            if why.contains("larger than") { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        return error(status, why);
+    }
+    let Some(writer) = writer else { return error(StatusCode::BAD_REQUEST, "upload refused") };
     match tokio::task::spawn_blocking(move || writer.finish()).await {
         Ok(Ok(_)) => (StatusCode::CREATED, Json(serde_json::json!({ "binary_sha256": sha }))).into_response(),
         Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
