@@ -116,7 +116,10 @@ fn a_killed_task_manager_with_kafka_in_and_out_commits_exactly_what_the_input_im
     let placed = running["task_managers"].as_array().unwrap();
     let victim = placed[1].as_str().unwrap().to_string();
     c.kill_taskmanager(&victim);
-    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    // Generous: on the 2-core machine the single test broker has stalled for up to a minute
+    // under this load (KRaft metadata writes taking 55 s); the job waits it out and must
+    // still end exact, which is what is checked below.
+    let done = c.wait_job("temperature", 240, "FINISHED", |j| status(j) == "FINISHED");
     assert!(done["restarts"].as_u64().unwrap() >= 1, "the kill came after the end: {done:#}");
     // The executors' per-partition gauges reach the job manager's REST API: the job read
     // every partition to its end, so each lag is 0.
@@ -167,7 +170,7 @@ fn a_paused_task_manager_resumed_after_the_job_moved_on_leaves_the_kafka_output_
     });
     let victim = running["task_managers"][0].as_str().unwrap().to_string();
     c.pause_until_the_job_moved_on("temperature", &victim, &running);
-    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    let done = c.wait_job("temperature", 240, "FINISHED", |j| status(j) == "FINISHED");
     assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
     let got = published(&stack, &readings, &windows);
     let (got_readings, got_windows) = (oracle::readings_of(&got.0), oracle::windows_of(&got.1));
