@@ -1,4 +1,5 @@
-//! Helpers for tests and examples: a sink that collects into shared memory.
+//! Helpers for tests and examples: a sink that collects into shared memory, a source that
+//! counts.
 
 use crate::operator::{OperatorContext, Sink};
 use crate::types::{Batch, Data};
@@ -244,4 +245,37 @@ pub fn parse_table(table: &str) -> Vec<Vec<&str>> {
         rows.push(cells);
     }
     rows
+}
+
+/// Counts `0..n` in every subtask: one split, no positions (a restore starts over).
+#[derive(Debug, Clone)]
+pub struct CountSource(pub u64);
+
+struct CountReader {
+    n: u64,
+    next: u64,
+}
+
+impl crate::Source for CountSource {
+    type Out = u64;
+    fn create_reader(
+        &self,
+        _: &crate::SourceContext,
+        _: &[Vec<u8>],
+    ) -> Result<Box<dyn crate::SourceReader<u64>>> {
+        Ok(Box::new(CountReader { n: self.0, next: 0 }))
+    }
+}
+
+impl crate::SourceReader<u64> for CountReader {
+    fn splits(&self) -> usize {
+        1
+    }
+    fn poll(&mut self, out: &mut crate::SourceOutput<'_, u64>) -> Result<crate::SourcePoll> {
+        while out.capacity_left() > 0 && self.next < self.n {
+            out.collect(0, self.next);
+            self.next += 1;
+        }
+        Ok(if self.next == self.n { crate::SourcePoll::Finished } else { crate::SourcePoll::Ready })
+    }
 }

@@ -3,41 +3,11 @@
 //! records the operator emitted for `n`, at every checkpoint, across a network exchange.
 
 use caudal::{
-    Batch, CheckpointId, JobConfig, Operator, OperatorContext, Record, Result, Sink, Source, SourceContext,
-    SourceOutput, SourcePoll, SourceReader, StreamEnv, WatermarkStrategy,
+    Batch, CheckpointId, JobConfig, Operator, OperatorContext, Record, Result, Sink, StreamEnv,
+    WatermarkStrategy,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Counts to `n`, one split, no positions (a restore is not part of this test).
-#[derive(Debug, Clone)]
-struct Count(u64);
-
-struct CountReader {
-    n: u64,
-    next: u64,
-}
-
-impl Source for Count {
-    type Out = u64;
-    fn create_reader(&self, ctx: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<u64>>> {
-        let n = if ctx.subtask == 0 { self.0 } else { 0 };
-        Ok(Box::new(CountReader { n, next: 0 }))
-    }
-}
-
-impl SourceReader<u64> for CountReader {
-    fn splits(&self) -> usize {
-        1
-    }
-    fn poll(&mut self, out: &mut SourceOutput<'_, u64>) -> Result<SourcePoll> {
-        while out.capacity_left() > 0 && self.next < self.n {
-            out.collect(0, self.next);
-            self.next += 1;
-        }
-        Ok(if self.next == self.n { SourcePoll::Finished } else { SourcePoll::Ready })
-    }
-}
 
 /// Emits `(checkpoint, records seen)` at each barrier, nothing else.
 struct Tally(u64);
@@ -95,7 +65,8 @@ fn what_an_operator_emits_before_the_barrier_is_in_the_consumers_checkpoint() {
     let env = StreamEnv::with_config(config);
     let seen: Seen = Arc::new(Mutex::new(Vec::new()));
     let sink_seen = seen.clone();
-    let source = caudal::RateLimited::new(Count(3000), 10_000.0).unwrap_or_else(|e| panic!("{e}"));
+    let source = caudal::RateLimited::new(caudal::testing::CountSource(3000), 10_000.0)
+        .unwrap_or_else(|e| panic!("{e}"));
     env.source("count", source, WatermarkStrategy::none())
         .parallelism(1)
         .transform("tally", |_| Ok(Tally(0)))

@@ -139,40 +139,11 @@ mod tests {
         assert_eq!(slow.available(t0 + Duration::from_millis(500)), Ok(1));
     }
 
-    /// Counts up to `n`, one split, no positions.
-    #[derive(Debug, Clone)]
-    struct Count(u64);
-
-    impl Source for Count {
-        type Out = u64;
-        fn create_reader(&self, _: &SourceContext, _: &[Vec<u8>]) -> Result<Box<dyn SourceReader<u64>>> {
-            Ok(Box::new(CountReader { n: self.0, next: 0 }))
-        }
-    }
-
-    struct CountReader {
-        n: u64,
-        next: u64,
-    }
-
-    impl SourceReader<u64> for CountReader {
-        fn splits(&self) -> usize {
-            1
-        }
-        fn poll(&mut self, out: &mut SourceOutput<'_, u64>) -> Result<SourcePoll> {
-            while out.capacity_left() > 0 && self.next < self.n {
-                out.collect(0, self.next);
-                self.next += 1;
-            }
-            Ok(if self.next == self.n { SourcePoll::Finished } else { SourcePoll::Ready })
-        }
-    }
-
     #[test]
     fn a_limited_source_delivers_everything_no_faster_than_the_rate() {
         let env = crate::StreamEnv::new();
         let (sink, out) = crate::testing::CollectSink::new();
-        let source = RateLimited::new(Count(1000), 4000.0).unwrap();
+        let source = RateLimited::new(crate::testing::CountSource(1000), 4000.0).unwrap();
         env.source("count", source, crate::WatermarkStrategy::none())
             .parallelism(2)
             .sink("out", move |_| Ok(sink.clone()));
@@ -189,7 +160,7 @@ mod tests {
     #[test]
     fn a_rate_that_is_not_positive_is_refused() {
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let err = RateLimited::new(Count(1), bad).unwrap_err().to_string();
+            let err = RateLimited::new(crate::testing::CountSource(1), bad).unwrap_err().to_string();
             assert!(err.contains("rate limit"), "{err}");
         }
     }

@@ -295,6 +295,8 @@ pub(crate) struct BatchEncoder {
     arrow: ArrowSchemaRef,
     /// For each record field, the table column it fills.
     target: Vec<Option<usize>>,
+    /// The table columns no field fills (kept from an older record type): null in every row.
+    unfilled: Vec<usize>,
     columns: Vec<Column>,
     buf: Vec<u8>,
 }
@@ -304,10 +306,11 @@ impl BatchEncoder {
     /// see [`RecordLayout::evolution`]).
     pub(crate) fn new(layout: RecordLayout, table: &Schema) -> Result<Self, String> {
         let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(table).map_err(|e| e.to_string())?);
-        let target =
+        let target: Vec<Option<usize>> =
             layout.fields.iter().map(|f| arrow.fields().iter().position(|c| c.name() == &f.name)).collect();
+        let unfilled = (0..arrow.fields().len()).filter(|i| !target.contains(&Some(*i))).collect();
         let columns = arrow.fields().iter().map(|f| Column::new(f.data_type())).collect::<Result<_, _>>()?;
-        Ok(BatchEncoder { layout, arrow, target, columns, buf: Vec::new() })
+        Ok(BatchEncoder { layout, arrow, target, unfilled, columns, buf: Vec::new() })
     }
 
     /// Adds `record` to the batch being built.
@@ -315,18 +318,14 @@ impl BatchEncoder {
         self.buf.clear();
         record.encode(&mut self.buf);
         let mut rest: &[u8] = &self.buf;
-        let before = self.columns.first().map_or(0, Column::len);
         for (f, target) in self.layout.fields.iter().zip(&self.target) {
             let v = read(&mut rest, f).map_err(|e| format!("field `{}`: {e}", f.name))?;
             if let Some(t) = target {
                 self.columns[*t].push(v);
             }
         }
-        // Columns no field fills (kept from an older record type): null.
-        for c in &mut self.columns {
-            if c.len() == before {
-                c.push_null();
-            }
+        for &c in &self.unfilled {
+            self.columns[c].push_null();
         }
         Ok(())
     }
