@@ -156,6 +156,20 @@ fn split_len_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some(rest.split_at(len))
 }
 
+/// The length of an encoded key's prefix: everything up to and including the namespace
+/// (what the entries of one map state share); `None` when the bytes do not follow the
+/// layout. No prefix is a proper prefix of another (every part is length-prefixed), so
+/// full keys sort by prefix first, then by map key.
+pub fn prefix_len(bytes: &[u8]) -> Option<usize> {
+    let name_len = usize::from(*bytes.get(2)?);
+    let mut at = 3 + name_len;
+    for _ in 0..2 {
+        let len = bytes.get(at..at + 2)?;
+        at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+    }
+    (at <= bytes.len()).then_some(at)
+}
+
 /// The encoded key group of a key (its first two bytes).
 pub fn key_group_of_encoded(bytes: &[u8]) -> Option<u16> {
     bytes.first_chunk::<2>().map(|b| u16::from_be_bytes(*b))
@@ -212,6 +226,20 @@ mod tests {
         StateKey::new(1, &a, b"").encode_into(&mut pa).unwrap();
         assert!(!kab.starts_with(&ka));
         assert_ne!(decode_key(&ka).unwrap().state, decode_key(&kab).unwrap().state);
+    }
+
+    #[test]
+    fn prefix_length_ends_after_the_namespace() {
+        let s = StateId::new("sums").unwrap();
+        let k = StateKey { key_group: 77, state: &s, key: b"sensor-1", namespace: b"w", map_key: b"mk" };
+        let enc = k.encode().unwrap();
+        let mut prefix = Vec::new();
+        k.encode_prefix_into(&mut prefix).unwrap();
+        assert_eq!(prefix_len(&enc), Some(prefix.len()));
+        assert_eq!(prefix_len(&prefix), Some(prefix.len()));
+        for cut in 0..prefix.len() {
+            assert_eq!(prefix_len(&prefix[..cut]), None, "cut at {cut}");
+        }
     }
 
     #[test]

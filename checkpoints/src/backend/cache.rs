@@ -37,8 +37,15 @@ enum Slot {
 #[derive(Debug)]
 struct Inner<B> {
     backend: B,
-    cache: HashMap<Vec<u8>, Slot>,
+    /// ahash with a random seed: keys come from the data.
+    cache: HashMap<Vec<u8>, Slot, ahash::RandomState>,
     dirty: usize,
+    /// Where a looked-up key is encoded (no allocation for a cached key).
+    scratch: Vec<u8>,
+}
+
+fn is_dirty(slot: &Slot) -> bool {
+    matches!(slot, Slot::Dirty(_) | Slot::Deleted)
 }
 
 impl<B: KeyedStateBackend> Inner<B> {
@@ -70,20 +77,32 @@ impl<B: KeyedStateBackend> Inner<B> {
         Ok(())
     }
 
-    fn set(&mut self, key: Vec<u8>, slot: Slot, capacity: usize) -> Result<()> {
-        let was_dirty = matches!(self.cache.get(&key), Some(Slot::Dirty(_) | Slot::Deleted));
-        let is_dirty = matches!(slot, Slot::Dirty(_) | Slot::Deleted);
-        if self.cache.len() >= capacity && !self.cache.contains_key(&key) {
+    /// Sets the slot of `key` (the key copied only when it is new to the cache; a full
+    /// cache is written through and emptied first).
+    fn set(&mut self, key: &[u8], slot: Slot, capacity: usize) -> Result<()> {
+        if let Some(old) = self.cache.get_mut(key) {
+            match (is_dirty(old), is_dirty(&slot)) {
+                (false, true) => self.dirty += 1,
+                (true, false) => self.dirty -= 1,
+                _ => {}
+            }
+            *old = slot;
+            return Ok(());
+        }
+        if self.cache.len() >= capacity {
             self.flush(true)?;
-            return self.set(key, slot, capacity);
         }
-        self.cache.insert(key, slot);
-        match (was_dirty, is_dirty) {
-            (false, true) => self.dirty += 1,
-            (true, false) => self.dirty -= 1,
-            _ => {}
-        }
+        self.dirty += usize::from(is_dirty(&slot));
+        self.cache.insert(key.to_vec(), slot);
         Ok(())
+    }
+
+    /// Encodes `key` into the scratch buffer and takes it (give it back with `put_back`).
+    fn encoded(&mut self, key: &StateKey<'_>) -> Result<Vec<u8>> {
+        let mut k = std::mem::take(&mut self.scratch);
+        k.clear();
+        key.encode_into(&mut k)?;
+        Ok(k)
     }
 }
 
@@ -100,7 +119,7 @@ impl<B: KeyedStateBackend> CachingBackend<B> {
     pub fn new(backend: B, capacity: usize) -> Self {
         CachingBackend {
             range: backend.key_groups(),
-            inner: RefCell::new(Inner { backend, cache: HashMap::new(), dirty: 0 }),
+            inner: RefCell::new(Inner { backend, cache: HashMap::default(), dirty: 0, scratch: Vec::new() }),
             capacity: capacity.max(1),
         }
     }
@@ -136,49 +155,72 @@ impl<B: KeyedStateBackend> KeyedStateBackend for CachingBackend<B> {
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
         check_key_group(self.range, key.key_group)?;
-        let k = key.encode()?;
-        let mut inner = self.inner.borrow_mut();
-        match inner.cache.get(&k) {
-            Some(Slot::Clean(v) | Slot::Dirty(v)) => return Ok(Some(v.clone())),
-            Some(Slot::Absent | Slot::Deleted) => return Ok(None),
-            None => {}
-        }
-        let v = inner.backend.get(key)?;
-        let slot = match &v {
-            Some(v) => Slot::Clean(v.clone()),
-            None => Slot::Absent,
+        let inner = &mut *self.inner.borrow_mut();
+        let k = inner.encoded(key)?;
+        let found = match inner.cache.get(&k) {
+            Some(Slot::Clean(v) | Slot::Dirty(v)) => Some(Some(v.clone())),
+            Some(Slot::Absent | Slot::Deleted) => Some(None),
+            None => None,
         };
-        inner.set(k, slot, self.capacity)?;
-        Ok(v)
+        let out = match found {
+            Some(v) => Ok(v),
+            None => inner.backend.get(key).and_then(|v| {
+                let slot = v.clone().map_or(Slot::Absent, Slot::Clean);
+                inner.set(&k, slot, self.capacity).map(|()| v)
+            }),
+        };
+        inner.scratch = k;
+        out
     }
 
+    /// A cached value's buffer is overwritten in place.
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
         check_key_group(self.range, key.key_group)?;
-        let k = key.encode()?;
         let capacity = self.capacity;
         let inner = self.inner.get_mut();
-        if let Some(Slot::Dirty(v)) = inner.cache.get_mut(&k) {
-            v.clear();
-            v.extend_from_slice(value);
-            return Ok(());
-        }
-        inner.set(k, Slot::Dirty(value.to_vec()), capacity)
+        let k = inner.encoded(key)?;
+        let in_place = match inner.cache.get_mut(&k) {
+            Some(Slot::Dirty(v)) => {
+                v.clear();
+                v.extend_from_slice(value);
+                true
+            }
+            Some(slot @ Slot::Clean(_)) => {
+                let mut v = match std::mem::replace(slot, Slot::Deleted) {
+                    Slot::Clean(v) => v,
+                    _ => Vec::new(),
+                };
+                v.clear();
+                v.extend_from_slice(value);
+                *slot = Slot::Dirty(v);
+                inner.dirty += 1;
+                true
+            }
+            _ => false,
+        };
+        let out = if in_place { Ok(()) } else { inner.set(&k, Slot::Dirty(value.to_vec()), capacity) };
+        inner.scratch = k;
+        out
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
         check_key_group(self.range, key.key_group)?;
-        let k = key.encode()?;
         let capacity = self.capacity;
-        self.inner.get_mut().set(k, Slot::Deleted, capacity)
+        let inner = self.inner.get_mut();
+        let k = inner.encoded(key)?;
+        let out = inner.set(&k, Slot::Deleted, capacity);
+        inner.scratch = k;
+        out
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
         check_key_group(self.range, key.key_group)?;
         let k = key.encode()?;
+        let k = k.as_slice();
         let capacity = self.capacity;
         let inner = self.inner.get_mut();
         let framed = frame_list_element(element);
-        match inner.cache.get(&k).cloned() {
+        match inner.cache.get(k).cloned() {
             // Not cached: append in the backend without reading.
             None => inner.backend.append(key, element),
             Some(Slot::Clean(mut v) | Slot::Dirty(mut v)) => {

@@ -1,12 +1,17 @@
-//! The heap backend: one sorted map per key group, snapshotted to one file.
+//! The heap backend: one hash map per key group, snapshotted to one file.
+//!
+//! A key group's map is keyed by the entry's prefix (key group, state, key, namespace), so
+//! a per-record lookup hashes once and touches one or two cache lines, as Flink's heap
+//! state table does, instead of walking a sorted tree of byte strings (a cache miss per
+//! comparison once the keys outgrow the cache). Map state keeps the entries of one
+//! (key, namespace) in a sorted map under their shared prefix, so scans stay in key order.
 //!
 //! The synchronous snapshot part shares the maps with the snapshot (each key group's map is
 //! behind an `Arc`, copied on write: a key group written to while its snapshot is still
-//! being uploaded is copied then, the others never); the upload serializes them (bincode) to
-//! `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
+//! being uploaded is copied then, the others never); the upload sorts and serializes them
+//! (bincode) to `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,7 +24,7 @@ use super::{
 };
 use crate::ids::CheckpointId;
 use crate::keygroup::KeyGroupRange;
-use crate::keys::{key_group_of_encoded, prefix_successor, StateKey};
+use crate::keys::{key_group_of_encoded, prefix_len, StateKey};
 use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
 
@@ -27,9 +32,104 @@ use crate::{Error, Result};
 pub const HEAP_SNAPSHOT_FILE: &str = "keyed-state.bin";
 const HEAP_FORMAT_VERSION: u32 = 1;
 
-type Group = BTreeMap<Vec<u8>, Vec<u8>>;
+/// The entries of one key group by prefix. ahash with a random seed: keys come from the
+/// data, so the hash must not be one an input can be crafted to collide.
+type Group = HashMap<Vec<u8>, Slot, ahash::RandomState>;
 /// A key group's sorted entries as stored in a snapshot file.
 type GroupEntries = (u16, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// What is stored under one prefix.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// The one entry whose full key is the prefix (value, list, reducing state).
+    Value(Vec<u8>),
+    /// Entries `prefix + map key` in map-key order (map state); the empty map key is the
+    /// prefix itself.
+    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+impl Slot {
+    fn new(map_key: &[u8], value: Vec<u8>) -> Slot {
+        if map_key.is_empty() {
+            Slot::Value(value)
+        } else {
+            Slot::Map(BTreeMap::from([(map_key.to_vec(), value)]))
+        }
+    }
+
+    fn get(&self, map_key: &[u8]) -> Option<&Vec<u8>> {
+        match self {
+            Slot::Value(v) => map_key.is_empty().then_some(v),
+            Slot::Map(m) => m.get(map_key),
+        }
+    }
+
+    /// The value at `map_key`, created empty if absent.
+    fn value_mut(&mut self, map_key: &[u8]) -> &mut Vec<u8> {
+        if let Slot::Value(v) = self {
+            if !map_key.is_empty() {
+                let v = std::mem::take(v);
+                *self = Slot::Map(BTreeMap::from([(Vec::new(), v)]));
+            }
+        }
+        match self {
+            Slot::Value(v) => v,
+            Slot::Map(m) => {
+                // Not `entry`: it would need an owned key on every hit.
+                if !m.contains_key(map_key) {
+                    m.insert(map_key.to_vec(), Vec::new());
+                }
+                m.get_mut(map_key).expect("inserted above")
+            }
+        }
+    }
+
+    /// Removes `map_key`; whether the slot is empty afterwards.
+    fn remove(&mut self, map_key: &[u8]) -> bool {
+        match self {
+            Slot::Value(_) => map_key.is_empty(),
+            Slot::Map(m) => {
+                m.remove(map_key);
+                m.is_empty()
+            }
+        }
+    }
+
+    /// Every `(map key, value)` in map-key order.
+    fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &Vec<u8>)> + '_> {
+        match self {
+            Slot::Value(v) => Box::new(std::iter::once((&[][..], v))),
+            Slot::Map(m) => Box::new(m.iter().map(|(k, v)| (k.as_slice(), v))),
+        }
+    }
+}
+
+fn full_key(prefix: &[u8], map_key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + map_key.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(map_key);
+    k
+}
+
+/// An encoded key split into its prefix and map key (a key that does not follow the
+/// layout is all prefix).
+fn split_encoded(key: &[u8]) -> (&[u8], &[u8]) {
+    key.split_at(prefix_len(key).unwrap_or(key.len()))
+}
+
+/// A group's entries with their full keys, in key order.
+fn sorted_entries(group: &Group) -> Vec<(Vec<u8>, &Vec<u8>)> {
+    let mut prefixes: Vec<(&Vec<u8>, &Slot)> = group.iter().collect();
+    prefixes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    prefixes
+        .into_iter()
+        .flat_map(|(p, slot)| slot.entries().map(move |(mk, v)| (full_key(p, mk), v)))
+        .collect()
+}
+
+fn slot_bytes(prefix: &[u8], slot: &Slot) -> u64 {
+    slot.entries().map(|(mk, v)| (prefix.len() + mk.len() + v.len()) as u64).sum()
+}
 
 /// Keyed state in memory.
 #[derive(Debug, Clone)]
@@ -37,7 +137,7 @@ pub struct HeapStateBackend {
     range: KeyGroupRange,
     /// Per key group of `range`, shared with snapshots being uploaded (copy on write).
     groups: Vec<Arc<Group>>,
-    /// Where a looked-up key is encoded (no allocation per lookup).
+    /// Where a looked-up key's prefix is encoded (no allocation per lookup).
     scratch: std::cell::RefCell<Vec<u8>>,
 }
 
@@ -96,7 +196,8 @@ impl HeapStateBackend {
         if let Some(kg) = key_group_of_encoded(&key) {
             if self.range.contains(kg) {
                 let i = usize::from(kg - self.range.start);
-                Arc::make_mut(&mut self.groups[i]).insert(key, value);
+                let (prefix, map_key) = split_encoded(&key);
+                upsert(Arc::make_mut(&mut self.groups[i]), prefix, map_key, |v| *v = value);
             }
         }
     }
@@ -122,14 +223,53 @@ impl HeapStateBackend {
         let g = self.group_mut(kg)?;
         match op {
             BatchOp::Put(k, v) => {
-                g.insert(k, v);
+                let (prefix, map_key) = split_encoded(&k);
+                upsert(g, prefix, map_key, |slot| *slot = v);
             }
             BatchOp::Delete(k) => {
-                g.remove(&k);
+                let (prefix, map_key) = split_encoded(&k);
+                remove(g, prefix, map_key);
             }
-            BatchOp::Append(k, framed) => g.entry(k).or_default().extend_from_slice(&framed),
+            BatchOp::Append(k, framed) => {
+                let (prefix, map_key) = split_encoded(&k);
+                upsert(g, prefix, map_key, |v| v.extend_from_slice(&framed));
+            }
         }
         Ok(())
+    }
+
+    /// Encodes `key`'s prefix into the scratch buffer and calls `f` with the key group's
+    /// map, the prefix and the map key.
+    fn with_prefix_mut<T>(
+        &mut self,
+        key: &StateKey<'_>,
+        f: impl FnOnce(&mut Group, &[u8], &[u8]) -> T,
+    ) -> Result<T> {
+        let mut prefix = std::mem::take(self.scratch.get_mut());
+        prefix.clear();
+        let encoded = key.encode_prefix_into(&mut prefix);
+        let out = encoded.and_then(|()| self.group_mut(key.key_group)).map(|g| f(g, &prefix, key.map_key));
+        *self.scratch.get_mut() = prefix;
+        out
+    }
+}
+
+/// Changes the value at `prefix + map_key` with `change`, creating it empty if absent; the
+/// prefix is copied only for a new entry.
+fn upsert(group: &mut Group, prefix: &[u8], map_key: &[u8], change: impl FnOnce(&mut Vec<u8>)) {
+    match group.get_mut(prefix) {
+        Some(slot) => change(slot.value_mut(map_key)),
+        None => {
+            let mut v = Vec::new();
+            change(&mut v);
+            group.insert(prefix.to_vec(), Slot::new(map_key, v));
+        }
+    }
+}
+
+fn remove(group: &mut Group, prefix: &[u8], map_key: &[u8]) {
+    if group.get_mut(prefix).is_some_and(|slot| slot.remove(map_key)) {
+        group.remove(prefix);
     }
 }
 
@@ -169,45 +309,31 @@ impl KeyedStateBackend for HeapStateBackend {
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
         let g = self.group(key.key_group)?;
-        let mut k = self.scratch.borrow_mut();
-        k.clear();
-        key.encode_into(&mut k)?;
-        Ok(g.get(k.as_slice()).cloned())
+        let mut prefix = self.scratch.borrow_mut();
+        prefix.clear();
+        key.encode_prefix_into(&mut prefix)?;
+        Ok(g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key)).cloned())
     }
 
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
-        let mut k = std::mem::take(self.scratch.get_mut());
-        k.clear();
-        key.encode_into(&mut k)?;
-        let g = self.group_mut(key.key_group)?;
-        match g.get_mut(k.as_slice()) {
-            Some(v) => {
+        self.with_prefix_mut(key, |g, prefix, map_key| {
+            upsert(g, prefix, map_key, |v| {
                 v.clear();
                 v.extend_from_slice(value);
-            }
-            None => {
-                g.insert(k.clone(), value.to_vec());
-            }
-        }
-        *self.scratch.get_mut() = k;
-        Ok(())
+            })
+        })
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
-        let mut k = std::mem::take(self.scratch.get_mut());
-        k.clear();
-        key.encode_into(&mut k)?;
-        self.group_mut(key.key_group)?.remove(k.as_slice());
-        *self.scratch.get_mut() = k;
-        Ok(())
+        self.with_prefix_mut(key, |g, prefix, map_key| remove(g, prefix, map_key))
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
-        let k = key.encode()?;
         let framed = frame_list_element(element);
-        self.group_mut(key.key_group)?.entry(k).or_default().extend_from_slice(&framed);
-        Ok(())
+        self.with_prefix_mut(key, |g, prefix, map_key| {
+            upsert(g, prefix, map_key, |v| v.extend_from_slice(&framed))
+        })
     }
 
     fn write_batch(&mut self, batch: StateWriteBatch) -> Result<()> {
@@ -227,34 +353,41 @@ impl KeyedStateBackend for HeapStateBackend {
         let g = self.group(key.key_group)?;
         let mut prefix = Vec::new();
         key.encode_prefix_into(&mut prefix)?;
-        let upper = match prefix_successor(&prefix) {
-            Some(u) => Bound::Excluded(u),
-            None => Bound::Unbounded,
-        };
-        Ok(g.range::<Vec<u8>, _>((Bound::Included(prefix), upper))
-            .map(|(k, v)| RawEntry { key: k.clone(), value: v.clone() })
-            .collect())
+        Ok(match g.get(&prefix) {
+            Some(slot) => slot
+                .entries()
+                .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.clone() })
+                .collect(),
+            None => Vec::new(),
+        })
     }
 
     fn delete_map(&mut self, key: &StateKey<'_>) -> Result<()> {
-        let keys: Vec<Vec<u8>> = self.scan_map(key)?.into_iter().map(|e| e.key).collect();
-        let g = self.group_mut(key.key_group)?;
-        for k in keys {
-            g.remove(&k);
-        }
-        Ok(())
+        self.with_prefix_mut(key, |g, prefix, _| {
+            g.remove(prefix);
+        })
     }
 
+    /// A page costs a pass over the key group's prefixes (the state browser's and a
+    /// restore's path, not the hot one).
     fn list_entries(&self, key_group: u16, after: Option<&[u8]>, limit: usize) -> Result<EntryPage> {
         let g = self.group(key_group)?;
-        let lower = match after {
-            Some(a) => Bound::Excluded(a.to_vec()),
-            None => Bound::Unbounded,
-        };
-        let mut entries: Vec<RawEntry> = g
-            .range::<Vec<u8>, _>((lower, Bound::Unbounded))
+        let after_prefix = after.map(|a| split_encoded(a).0);
+        let mut prefixes: Vec<(&Vec<u8>, &Slot)> =
+            g.iter().filter(|(p, _)| after_prefix.is_none_or(|a| p.as_slice() >= a)).collect();
+        // Every prefix holds an entry, and only `after`'s own may hold none past it: the
+        // `limit + 2` smallest prefixes hold the page and tell whether more follow.
+        if prefixes.len() > limit.saturating_add(2) {
+            prefixes.select_nth_unstable_by(limit + 2, |a, b| a.0.cmp(b.0));
+            prefixes.truncate(limit + 2);
+        }
+        prefixes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut entries: Vec<RawEntry> = prefixes
+            .into_iter()
+            .flat_map(|(p, slot)| slot.entries().map(move |(mk, v)| (p, mk, v)))
+            .map(|(p, mk, v)| RawEntry { key: full_key(p, mk), value: v.clone() })
+            .filter(|e| after.is_none_or(|a| e.key.as_slice() > a))
             .take(limit.saturating_add(1))
-            .map(|(k, v)| RawEntry { key: k.clone(), value: v.clone() })
             .collect();
         let next = if entries.len() > limit {
             entries.truncate(limit);
@@ -272,8 +405,8 @@ impl KeyedStateBackend for HeapStateBackend {
             .zip(&self.groups)
             .map(|(kg, g)| KeyGroupStats {
                 key_group: kg,
-                entries: g.len() as u64,
-                bytes: g.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+                entries: g.values().map(|slot| slot.entries().count() as u64).sum(),
+                bytes: g.iter().map(|(p, slot)| slot_bytes(p, slot)).sum(),
             })
             .collect())
     }
@@ -294,7 +427,7 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 }
 
-/// [`HeapSnapshotFile`] as written: the same fields, entries borrowed from the shared maps
+/// [`HeapSnapshotFile`] as written: the same fields, values borrowed from the shared maps
 /// (`&Vec<u8>` encodes exactly as `Vec<u8>`).
 #[derive(Serialize)]
 struct HeapSnapshotFileRef<'a> {
@@ -304,7 +437,7 @@ struct HeapSnapshotFileRef<'a> {
 }
 
 /// [`GroupEntries`] borrowed.
-type GroupEntriesRef<'a> = (u16, Vec<(&'a Vec<u8>, &'a Vec<u8>)>);
+type GroupEntriesRef<'a> = (u16, Vec<(Vec<u8>, &'a Vec<u8>)>);
 
 struct HeapSnapshot {
     range: KeyGroupRange,
@@ -323,7 +456,7 @@ impl StateSnapshot for HeapSnapshot {
                 .iter()
                 .zip(&self.groups)
                 .filter(|(_, g)| !g.is_empty())
-                .map(|(kg, g)| (kg, g.iter().collect()))
+                .map(|(kg, g)| (kg, sorted_entries(g)))
                 .collect(),
         };
         let data = bincode::serde::encode_to_vec(&file, bincode::config::standard())
