@@ -10,7 +10,8 @@
 #   scripts/services.sh purge  [SERVICE...]   stop, then delete their data (PostgreSQL's too)
 #
 # SERVICE: kafka registry postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
-# cluster, only when named). See scripts/README.md.
+# cluster) and trino (Trino with an Iceberg catalog on the stack's PostgreSQL and S3), only when
+# named. See scripts/README.md.
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,6 +46,14 @@ NODE_SERVICES=(kafka1 kafka2 kafka3)
 IFS=, read -r -a KAFKA_NODE_PORTS <<<"${CAUDAL_KAFKA_NODE_PORTS:-19192,19202,19212}"
 IFS=, read -r -a KAFKA_NODE_CONTROLLER_PORTS <<<"${CAUDAL_KAFKA_NODE_CONTROLLER_PORTS:-19193,19203,19213}"
 KAFKA_NODE_HEAP=${CAUDAL_KAFKA_NODE_HEAP:-384m}
+# Started only when named: Trino (from Maven Central; it needs Java 24+) with one catalog,
+# `lake`: Iceberg tables of the JDBC catalog `caudal` in the stack's PostgreSQL, files on its
+# S3 server. Needs postgres and s3 running.
+EXTRA_SERVICES=(trino)
+TRINO_VERSION=${CAUDAL_TRINO_VERSION:-476}
+TRINO_PORT=${CAUDAL_TRINO_PORT:-18090}
+TRINO_HEAP=${CAUDAL_TRINO_HEAP:-1g}
+TRINO_HOME=$CACHE/trino-server-$TRINO_VERSION
 
 # ---------------------------------------------------------------------------------------------
 say()  { printf '%s\n' "$*"; }
@@ -66,6 +75,7 @@ svc_port() {
     kafka) echo "$KAFKA_PORT" ;; registry) echo "$REGISTRY_PORT" ;; postgres) echo "$POSTGRES_PORT" ;;
     redis) echo "$REDIS_PORT" ;; s3) echo "$S3_PORT" ;;
     kafka[123]) echo "${KAFKA_NODE_PORTS[${1#kafka} - 1]}" ;;
+    trino) echo "$TRINO_PORT" ;;
   esac
 }
 svc_dir() { echo "$STACK/$1"; }
@@ -90,7 +100,7 @@ svc_addr() {
     registry) echo "http://$HOST:$p/apis/ccompat/v7" ;;
     postgres) echo "postgres://caudal@$HOST:$p/caudal" ;;
     redis) echo "redis://$HOST:$p/" ;;
-    s3) echo "http://$HOST:$p" ;;
+    s3|trino) echo "http://$HOST:$p" ;;
   esac
 }
 # What the process of each service must look like (guards against a recycled pid).
@@ -102,6 +112,7 @@ svc_marker() {
     postgres) echo "postgres" ;;
     redis) echo "redis-server" ;;
     s3) echo "moto_server" ;;
+    trino) echo "-Dcaudal.trino=$STACK" ;;
   esac
 }
 svc_pid() { # pid of our running instance, or nothing
@@ -589,11 +600,96 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------
+# Trino (only when named)
+
+trino_java() { # a Java 24+ home: CAUDAL_TRINO_JAVA_HOME, or one under /usr/lib/jvm
+  local h v
+  for h in "${CAUDAL_TRINO_JAVA_HOME:-}" /usr/lib/jvm/*; do
+    [[ -n $h && -x $h/bin/java ]] || continue
+    v=$("$h/bin/java" -version 2>&1 | head -n1 | sed -E 's/.*version "([0-9]+).*/\1/')
+    [[ $v =~ ^[0-9]+$ && $v -ge 24 ]] && { echo "$h"; return 0; }
+  done
+  return 1
+}
+
+trino_prepare() {
+  trino_java >/dev/null || die "trino: needs Java 24 or newer (none under /usr/lib/jvm; set CAUDAL_TRINO_JAVA_HOME)"
+  is_running postgres && is_running s3 || die "trino: needs postgres and s3 running (scripts/services.sh start)"
+  [[ -x $TRINO_HOME/bin/launcher ]] && return 0
+  local url="https://repo.maven.apache.org/maven2/io/trino/trino-server/$TRINO_VERSION/trino-server-$TRINO_VERSION.tar.gz"
+  local tgz="$CACHE/trino-server-$TRINO_VERSION.tar.gz" sha
+  if [[ ! -f $tgz ]]; then
+    info "downloading Trino $TRINO_VERSION (~800 MB, once; cached in $CACHE)"
+    curl -sfL -o "$tgz.part" "$url" || die "trino: could not download $url"
+    sha=$(curl -sfL "$url.sha1") || die "trino: could not download $url.sha1"
+    [[ $(sha1sum "$tgz.part" | cut -d' ' -f1) == "${sha%% *}" ]] || { rm -f "$tgz.part"; die "trino: $url: checksum mismatch"; }
+    mv "$tgz.part" "$tgz"
+  fi
+  rm -rf "$TRINO_HOME.part"; mkdir -p "$TRINO_HOME.part"
+  tar xzf "$tgz" -C "$TRINO_HOME.part" --strip-components=1 || die "trino: could not unpack $tgz"
+  mv "$TRINO_HOME.part" "$TRINO_HOME"
+}
+
+trino_launch() {
+  local d="$STACK/trino" pg s3 java
+  pg=$(running_port postgres); s3=$(running_port s3)
+  rm -rf "$d/etc" "$d/plugin"; mkdir -p "$d/etc/catalog" "$d/plugin" "$d/data"
+  # Only the Iceberg plugin: Trino loads every plugin it finds, and starts faster without.
+  ln -s "$TRINO_HOME/plugin/iceberg" "$d/plugin/iceberg"
+  cat >"$d/etc/node.properties" <<EOF
+node.environment=caudal
+node.id=caudal-stack
+node.data-dir=$d/data
+node.bind-ip=$HOST
+node.internal-address=$HOST
+EOF
+  cat >"$d/etc/config.properties" <<EOF
+coordinator=true
+node-scheduler.include-coordinator=true
+http-server.http.port=$TRINO_PORT
+discovery.uri=http://$HOST:$TRINO_PORT
+plugin.dir=$d/plugin
+query.max-memory=512MB
+query.max-memory-per-node=512MB
+EOF
+  cat >"$d/etc/jvm.config" <<EOF
+-server
+-Xmx$TRINO_HEAP
+-XX:+UseG1GC
+-XX:+ExitOnOutOfMemoryError
+-Djdk.attach.allowAttachSelf=true
+-Dcaudal.trino=$STACK
+EOF
+  cat >"$d/etc/catalog/lake.properties" <<EOF
+connector.name=iceberg
+iceberg.catalog.type=jdbc
+iceberg.jdbc-catalog.driver-class=org.postgresql.Driver
+iceberg.jdbc-catalog.connection-url=jdbc:postgresql://$HOST:$pg/caudal
+iceberg.jdbc-catalog.connection-user=caudal
+iceberg.jdbc-catalog.catalog-name=caudal
+iceberg.jdbc-catalog.default-warehouse-dir=s3://$S3_BUCKET/trino-warehouse
+fs.native-s3.enabled=true
+s3.endpoint=http://$HOST:$s3
+s3.region=us-east-1
+s3.path-style-access=true
+s3.aws-access-key=test
+s3.aws-secret-key=test
+EOF
+  java=$(trino_java)
+  JAVA_HOME=$java PATH="$java/bin:$PATH" launch "$d/trino.log" "$TRINO_HOME/bin/launcher" run \
+    --etc-dir "$d/etc" --data-dir "$d/data" >"$d/trino.pid"
+}
+
+trino_ready() {
+  curl -sf "http://$HOST:$TRINO_PORT/v1/info" 2>/dev/null | grep -q '"starting":false'
+}
+
+# ---------------------------------------------------------------------------------------------
 
 svc_prepare() {
   case $1 in
     kafka|kafka[123]) kafka_prepare ;; registry) registry_prepare ;; postgres) postgres_prepare ;;
-    redis|s3) : ;;
+    redis|s3) : ;; trino) trino_prepare ;;
   esac
 }
 
@@ -649,6 +745,7 @@ write_env() {
     local nodes=()
     for s in "${NODE_SERVICES[@]}"; do is_running "$s" && nodes+=("$(svc_addr "$s")"); done
     if ((${#nodes[@]})); then any=1; echo "export CAUDAL_KAFKA_CLUSTER_BROKERS=$(IFS=,; echo "${nodes[*]}")"; fi
+    if is_running trino; then any=1; echo "export CAUDAL_TRINO_URL=$(svc_addr trino)"; fi
     [[ -x $VENV/bin/python ]] && echo "export CAUDAL_PYTHON=$VENV/bin/python"
     echo "export CAUDAL_STACK_DIR=$STACK"
   } >"$f.tmp"
@@ -700,6 +797,7 @@ cmd_start() {
     case $s in
       kafka) kafka_launch ;; registry) registry_launch ;; postgres) postgres_launch ;;
       redis) redis_launch ;; s3) s3_launch ;; kafka[123]) kafka_node_launch "${s#kafka}" ;;
+      trino) trino_launch ;;
     esac
     started+=("$s")
   done
@@ -743,7 +841,7 @@ cmd_stop() {
     pid=$(svc_pid "$s")
     [[ -n $pid ]] && leftovers+="$pid $(cmdline "$pid")"$'\n'
   done
-  if [[ -n ${leftovers//[[:space:]]/} && $# -eq ${#ALL_SERVICES[@]} ]]; then
+  if [[ -n ${leftovers//[[:space:]]/} && $# -ge ${#ALL_SERVICES[@]} ]]; then
     warn "processes left behind:"; printf '%s\n' "$leftovers" >&2; exit 1
   fi
   print_status "$@" || true
@@ -753,14 +851,20 @@ cmd_stop() {
 
 cmd=${1:-}; shift || true
 services=("$@")
-((${#services[@]})) || services=("${ALL_SERVICES[@]}")
+if ((${#services[@]} == 0)); then
+  services=("${ALL_SERVICES[@]}")
+  # A plain stop also stops the services started only when named, if they run.
+  if [[ $cmd == stop ]]; then
+    for s in "${NODE_SERVICES[@]}" "${EXTRA_SERVICES[@]}"; do is_running "$s" && services+=("$s"); done
+  fi
+fi
 for s in "${services[@]}"; do
-  [[ " ${ALL_SERVICES[*]} ${NODE_SERVICES[*]} " == *" $s "* ]] \
-    || die "unknown service '$s' (one of: ${ALL_SERVICES[*]} ${NODE_SERVICES[*]})"
+  [[ " ${ALL_SERVICES[*]} ${NODE_SERVICES[*]} ${EXTRA_SERVICES[*]} " == *" $s "* ]] \
+    || die "unknown service '$s' (one of: ${ALL_SERVICES[*]} ${NODE_SERVICES[*]} ${EXTRA_SERVICES[*]})"
 done
-# keep the canonical order (start: postgres redis s3 kafka registry kafka1..3; stop: the reverse)
+# keep the canonical order (start: postgres redis s3 kafka registry kafka1..3 trino; stop: the reverse)
 ordered=()
-for s in "${ALL_SERVICES[@]}" "${NODE_SERVICES[@]}"; do [[ " ${services[*]} " == *" $s "* ]] && ordered+=("$s"); done
+for s in "${ALL_SERVICES[@]}" "${NODE_SERVICES[@]}" "${EXTRA_SERVICES[@]}"; do [[ " ${services[*]} " == *" $s "* ]] && ordered+=("$s"); done
 
 mkdir -p "$STACK"
 exec 9>"$STACK/.lock"
@@ -786,5 +890,5 @@ case $cmd in
     done ;;
   status) print_status "${ordered[@]}" ;;
   env) if [[ -f $STACK/stack.env ]]; then cat "$STACK/stack.env"; else die "stack not started ($STACK/stack.env missing)"; fi ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; [[ $cmd == -h || $cmd == --help || $cmd == help ]] || exit 2 ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; [[ $cmd == -h || $cmd == --help || $cmd == help ]] || exit 2 ;;
 esac

@@ -309,3 +309,112 @@ fn killed_at_ten_random_moments_the_lake_is_exact() {
     assert_lake_equals_model(&lake, &format!("after {kills} kills"));
     assert_equals_expected(&d, &format!("after {kills} kills"));
 }
+
+/// Trino from the test stack (`scripts/services.sh start trino`: its Iceberg connector on the
+/// same JDBC catalog and S3), stopped again when dropped.
+struct Trino {
+    url: String,
+}
+
+impl Trino {
+    fn start() -> Option<Trino> {
+        caudal_test_stack::services(["CAUDAL_POSTGRES_URL", "CAUDAL_S3_ENDPOINT"])?;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+        let o = Command::new(&script).args(["start", "trino"]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "services.sh start trino: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let port = std::env::var("CAUDAL_TRINO_PORT").unwrap_or_else(|_| "18090".into());
+        Some(Trino { url: format!("http://127.0.0.1:{port}") })
+    }
+
+    /// The rows of `sql` through Trino's client protocol (POST, then follow `nextUri`).
+    fn query(&self, sql: &str) -> Vec<Vec<Value>> {
+        let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+        let mut answer: Value = agent
+            .post(&format!("{}/v1/statement", self.url))
+            .header("X-Trino-User", "caudal")
+            .send(sql)
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        let mut rows = Vec::new();
+        loop {
+            if let Some(e) = answer.get("error") {
+                panic!("trino: {sql}: {}", e["message"]);
+            }
+            if let Some(data) = answer["data"].as_array() {
+                rows.extend(data.iter().map(|r| r.as_array().unwrap().clone()));
+            }
+            let Some(next) = answer["nextUri"].as_str().map(str::to_string) else { break };
+            answer = agent.get(&next).call().unwrap().body_mut().read_json().unwrap();
+        }
+        rows
+    }
+}
+
+impl Drop for Trino {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+        let _ = Command::new(script).args(["stop", "trino"]).output();
+    }
+}
+
+/// A double Trino gave as text (`1.48E1`), parsed exactly (serde_json's number parsing may
+/// be one unit in the last place off).
+fn exact(v: &Value) -> f64 {
+    v.as_str().unwrap_or_else(|| panic!("not a double's text: {v}")).parse().unwrap()
+}
+
+/// The reference platform's query engine reads the lake: a run into an S3 warehouse killed
+/// once in the commit window (after the catalog update, before the committer learned of
+/// it), then Trino's count and per-sensor aggregates equal what the input implies, and
+/// every snapshot time-travelled to through Trino holds the rows pyiceberg counts in it.
+#[test]
+fn trino_reads_the_lake_exactly_after_a_kill_in_the_commit_window() {
+    let Some(lake) = Lake::s3() else { return };
+    let Some(trino) = Trino::start() else { return };
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let point = "iceberg-after-catalog-update";
+    let mut env = lake.env.clone();
+    env.push(("CAUDAL__TEST_CRASH_AT", format!("{point}:2")));
+    let (status, err) = wait(spawn(&args, false, &env));
+    assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
+    finish_with(&args, &lake.env);
+    assert_lake_equals_model(&lake, "S3, killed in the commit window");
+
+    let (windows, readings) = oracle::expected_records(&BASE_MODEL);
+    let table = format!("lake.{}.readings", lake.namespace);
+    let total = trino.query(&format!("SELECT count(*) FROM {table}"));
+    assert_eq!(total, vec![vec![Value::from(readings.len())]], "trino: count(*)");
+    let mut want: BTreeMap<i64, (u64, f64, f64)> = BTreeMap::new();
+    for r in &readings {
+        let e = want.entry(r.sensor_id).or_insert((0, f64::MAX, f64::MIN));
+        *e = (e.0 + 1, e.1.min(r.temp_c), e.2.max(r.temp_c));
+    }
+    let got: BTreeMap<i64, (u64, f64, f64)> = trino
+        .query(&format!(
+            "SELECT sensor_id, count(*), CAST(min(temp_c) AS varchar), CAST(max(temp_c) AS varchar) \
+             FROM {table} GROUP BY sensor_id"
+        ))
+        .into_iter()
+        .map(|r| (r[0].as_i64().unwrap(), (r[1].as_u64().unwrap(), exact(&r[2]), exact(&r[3]))))
+        .collect();
+    assert_eq!(got, want, "trino: per-sensor count, min and max");
+    let w = trino.query(&format!("SELECT count(*), sum(\"count\") FROM lake.{}.windows", lake.namespace));
+    let want_w = (windows.len() as u64, windows.iter().map(|w| w.count as u64).sum::<u64>());
+    assert_eq!((w[0][0].as_u64().unwrap(), w[0][1].as_u64().unwrap()), want_w, "trino: windows");
+    for s in lake.read("readings")["snapshots"].as_array().unwrap() {
+        let at = trino.query(&format!("SELECT count(*) FROM {table} FOR VERSION AS OF {}", s["id"]));
+        assert_eq!(
+            at[0][0], s["rows"],
+            "trino: the snapshot of checkpoint {}",
+            s["summary"]["caudal.checkpoint-id"]
+        );
+    }
+}
