@@ -81,6 +81,6 @@ pub use protocol::{complete_checkpoint, AbortCause, AckOutcome, CheckpointState,
 pub use retention::{apply_retention, create_savepoint, RetentionConfig, RetentionReport};
 pub use state::{AggregatingState, ListState, MapState, ValueState};
 pub use store::{
-    s3_bucket_store, CheckpointPaths, CheckpointStorageConfig, CheckpointStore, InMemoryCheckpointStore,
-    ObjectCheckpointStore, S3Config, StateLocation, StorageUrl,
+    s3_bucket_store, s3_bucket_store_with_retry, CheckpointPaths, CheckpointStorageConfig, CheckpointStore,
+    InMemoryCheckpointStore, ObjectCheckpointStore, S3Config, StateLocation, StorageUrl,
 };

@@ -75,6 +75,11 @@ impl Lake {
 
     /// pyiceberg's answer for `table` (see `scripts/iceberg-read.py`).
     fn read(&self, table: &str) -> Value {
+        self.try_read(table).unwrap_or_else(|e| panic!("pyiceberg failed: {e}"))
+    }
+
+    /// pyiceberg's answer for `table`, or what it said when it failed (no table yet, say).
+    fn try_read(&self, table: &str) -> Result<Value, String> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/iceberg-read.py");
         let mut cmd = Command::new(&self.python);
         cmd.arg(script).args([&self.catalog, "caudal", &format!("{}.{table}", self.namespace)]);
@@ -82,8 +87,10 @@ impl Lake {
             cmd.arg(endpoint);
         }
         let o = cmd.output().unwrap();
-        assert!(o.status.success(), "pyiceberg failed: {}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice(&o.stdout).unwrap()
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).to_string());
+        }
+        Ok(serde_json::from_slice(&o.stdout).unwrap())
     }
 }
 
@@ -417,4 +424,39 @@ fn trino_reads_the_lake_exactly_after_a_kill_in_the_commit_window() {
             s["summary"]["caudal.checkpoint-id"]
         );
     }
+}
+
+/// The S3 server behind a link the test cuts for 3 s mid-run (`common::faulty_link`; the
+/// server keeps its objects): the writers' uploads and the committer's metadata wait in the
+/// S3 client's retries with backoff — the job stalls (backpressure) rather than failing or
+/// dropping an epoch — and when the link is back the run ends with the lake exact.
+#[test]
+fn an_s3_outage_stalls_the_lake_and_the_run_ends_exact() {
+    let Some(mut lake) = Lake::s3() else { return };
+    let endpoint = lake.s3.clone().unwrap();
+    let link =
+        common::faulty_link::FaultyLink::to(endpoint.trim_start_matches("http://").trim_end_matches('/'));
+    for (k, v) in &mut lake.env {
+        if *k == "CAUDAL__S3__ENDPOINT" {
+            *v = link.url();
+        }
+    }
+    let d = dirs();
+    let mut args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let i = args.iter().position(|x| x == "--rate").unwrap();
+    args[i + 1] = "25".into(); // a ~12 s run
+    let child = spawn(&args, false, &lake.env);
+    let start = Instant::now();
+    while lake.try_read("readings").map_or(true, |a| a["snapshots"].as_array().is_none_or(|s| s.len() < 2)) {
+        assert!(start.elapsed() < Duration::from_secs(60), "no two snapshots within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    link.cut();
+    std::thread::sleep(Duration::from_secs(3));
+    link.restore();
+    let (status, err) = wait(child);
+    assert!(status.success(), "the job did not ride out a 3 s S3 outage: {err}");
+    assert!(err.contains("backing off"), "no request met the outage (no retry logged): {err}");
+    assert_lake_equals_model(&lake, "a 3 s S3 outage");
+    assert_equals_expected(&d, "a 3 s S3 outage");
 }

@@ -16,7 +16,10 @@ use std::path::Path;
 use bytes::Bytes;
 
 pub use memory::InMemoryCheckpointStore;
-pub use object::{s3_bucket_store, CheckpointStorageConfig, ObjectCheckpointStore, S3Config, StorageUrl};
+pub use object::{
+    s3_bucket_store, s3_bucket_store_with_retry, CheckpointStorageConfig, ObjectCheckpointStore, S3Config,
+    StorageUrl,
+};
 pub use paths::{CheckpointPaths, SharedFileName, StateLocation, METADATA_FILE};
 
 use crate::{Error, Result};

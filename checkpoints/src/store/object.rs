@@ -188,7 +188,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// The `object_store` client of the S3 bucket `bucket` with `config`'s endpoint, region and
 /// credentials: checkpoint storage, the archive and the Iceberg warehouse share it.
 pub fn s3_bucket_store(bucket: &str, config: &S3Config) -> Result<Arc<dyn ObjectStore>> {
+    s3_bucket_store_with_retry(bucket, config, object_store::RetryConfig::default())
+}
+
+/// [`s3_bucket_store`] with the client's retries set to `retry` (a sink whose writes must
+/// ride out an outage waits longer than checkpoint storage, whose checkpoint times out).
+pub fn s3_bucket_store_with_retry(
+    bucket: &str,
+    config: &S3Config,
+    retry: object_store::RetryConfig,
+) -> Result<Arc<dyn ObjectStore>> {
     let mut b = AmazonS3Builder::new()
+        .with_retry(retry)
         .with_bucket_name(bucket)
         .with_region(&config.region)
         .with_allow_http(config.allow_http)

@@ -23,6 +23,22 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 
+/// How long a data or metadata file's request retries before the sink gives up: the
+/// client's default (10 retries from 100 ms) is spent within ~3 s of an outage, and a
+/// writer that fails closing its files fails the job. With this, requests back off up to
+/// 5 s apart for up to 3 minutes, and the stream waits meanwhile (backpressure).
+fn outage_retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(200),
+            max_backoff: std::time::Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: 60,
+        retry_timeout: std::time::Duration::from_secs(180),
+    }
+}
+
 /// A [`FileIO`] over local directories and S3 buckets reached with `s3`.
 pub fn file_io(s3: &S3Config) -> FileIO {
     FileIOBuilder::new(Arc::new(ObjectStorageFactory { s3: s3.clone() })).build()
@@ -65,8 +81,9 @@ impl ObjectStorage {
                 match buckets.get(bucket) {
                     Some(s) => s.clone(),
                     None => {
-                        let s = caudal_checkpoints::s3_bucket_store(bucket, &self.s3)
-                            .map_err(|e| io_error("opening bucket of", path, e))?;
+                        let s =
+                            caudal_checkpoints::s3_bucket_store_with_retry(bucket, &self.s3, outage_retry())
+                                .map_err(|e| io_error("opening bucket of", path, e))?;
                         buckets.insert(bucket.to_string(), s.clone());
                         s
                     }

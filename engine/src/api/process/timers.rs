@@ -15,8 +15,9 @@ use crate::types::Timestamp;
 use crate::Result;
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
 type Fast = BuildHasherDefault<crate::keygroup::StableHasher>;
@@ -48,7 +49,60 @@ pub(crate) const PROCESSING_TIMERS: &str = "_timer.proc";
 pub(crate) type DueTimer = (Timestamp, u16, Vec<u8>);
 
 /// A timer as kept in memory (the key shared by its bucket entry and the live set).
-type Timer = (Timestamp, u16, Arc<[u8]>);
+#[derive(Clone)]
+struct Timer(Timestamp, u16, Arc<[u8]>);
+
+/// A timer's identity, owned ([`Timer`]) or borrowed from the caller: the live set is
+/// looked up without copying the key.
+trait TimerId {
+    fn id(&self) -> (Timestamp, u16, &[u8]);
+}
+
+impl TimerId for Timer {
+    fn id(&self) -> (Timestamp, u16, &[u8]) {
+        (self.0, self.1, &self.2)
+    }
+}
+
+impl TimerId for (Timestamp, u16, &[u8]) {
+    fn id(&self) -> (Timestamp, u16, &[u8]) {
+        *self
+    }
+}
+
+impl Hash for dyn TimerId + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id().hash(state)
+    }
+}
+
+impl PartialEq for dyn TimerId + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for dyn TimerId + '_ {}
+
+impl Hash for Timer {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id().hash(state)
+    }
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for Timer {}
+
+impl<'a> Borrow<dyn TimerId + 'a> for Timer {
+    fn borrow(&self) -> &(dyn TimerId + 'a) {
+        self
+    }
+}
 
 /// A bucket's entry: the key group and key of a timer at the bucket's time.
 type Keyed = (u16, Arc<[u8]>);
@@ -99,17 +153,18 @@ impl TimerQueue {
 
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        let timer: Timer = (ts, key_group, Arc::from(key));
-        if self.live.insert(timer.clone()) {
-            self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
-            self.note(timer, Change::Added);
+        if self.live.contains(&(ts, key_group, key) as &dyn TimerId) {
+            return;
         }
+        let timer = Timer(ts, key_group, Arc::from(key));
+        self.live.insert(timer.clone());
+        self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+        self.note(timer, Change::Added);
     }
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        let timer: Timer = (ts, key_group, Arc::from(key));
-        if self.live.remove(&timer) {
+        if let Some(timer) = self.live.take(&(ts, key_group, key) as &dyn TimerId) {
             self.note(timer, Change::Removed);
         }
     }
@@ -129,7 +184,7 @@ impl TimerQueue {
             if first.get().is_empty() {
                 first.remove();
             }
-            let timer: Timer = (ts, key_group, key);
+            let timer = Timer(ts, key_group, key);
             if self.live.remove(&timer) {
                 let due = (ts, key_group, timer.2.to_vec());
                 self.note(timer, Change::Removed);
@@ -156,7 +211,7 @@ impl TimerQueue {
             return Ok(());
         }
         let mut batch = StateWriteBatch::new();
-        for ((ts, key_group, key), change) in self.changes.drain() {
+        for (Timer(ts, key_group, key), change) in self.changes.drain() {
             let time = encode_time(ts);
             let mut sk = StateKey::new(key_group, &self.state, &key);
             sk.namespace = &time;
@@ -188,7 +243,7 @@ impl TimerQueue {
                     }
                     let Some(d) = decode_key(&e.key) else { continue };
                     if let Some(ts) = decode_time(d.namespace) {
-                        let timer: Timer = (ts, kg, Arc::from(d.key));
+                        let timer = Timer(ts, kg, Arc::from(d.key));
                         if self.live.insert(timer.clone()) {
                             self.buckets.entry(ts).or_default().push((kg, timer.2));
                         }
