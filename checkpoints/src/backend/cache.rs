@@ -44,37 +44,64 @@ struct Inner<B> {
     scratch: Vec<u8>,
 }
 
+fn op_key(op: &super::BatchOp) -> &[u8] {
+    let (super::BatchOp::Put(k, _) | super::BatchOp::Delete(k) | super::BatchOp::Append(k, _)) = op;
+    k
+}
+
+fn op_bytes(op: &super::BatchOp) -> usize {
+    match op {
+        super::BatchOp::Put(k, v) | super::BatchOp::Append(k, v) => k.len() + v.len(),
+        super::BatchOp::Delete(k) => k.len(),
+    }
+}
+
 fn is_dirty(slot: &Slot) -> bool {
     matches!(slot, Slot::Dirty(_) | Slot::Deleted)
 }
 
 impl<B: KeyedStateBackend> Inner<B> {
-    /// Writes the dirty entries through and, if `clear`, empties the cache.
+    /// Writes the dirty entries through and, if `clear`, empties the cache. Emptying, the
+    /// entries move into the batch (no copies); a failed write then fails the task, whose
+    /// state is restored from its checkpoint, so the cache need not keep them.
     fn flush(&mut self, clear: bool) -> Result<()> {
-        if self.dirty > 0 {
-            let mut batch = StateWriteBatch::new();
+        if self.dirty == 0 {
+            if clear {
+                self.cache.clear();
+            }
+            return Ok(());
+        }
+        let mut batch = StateWriteBatch::new();
+        let mut add = |op: super::BatchOp| batch.ops.push(op);
+        if clear {
+            for (k, slot) in self.cache.drain() {
+                match slot {
+                    Slot::Dirty(v) => add(super::BatchOp::Put(k, v)),
+                    Slot::Deleted => add(super::BatchOp::Delete(k)),
+                    Slot::Clean(_) | Slot::Absent => {}
+                }
+            }
+        } else {
             for (k, slot) in self.cache.iter_mut() {
                 match slot {
                     Slot::Dirty(v) => {
-                        batch.bytes += k.len() + v.len();
-                        batch.ops.push(super::BatchOp::Put(k.clone(), v.clone()));
+                        add(super::BatchOp::Put(k.clone(), v.clone()));
                         *slot = Slot::Clean(std::mem::take(v));
                     }
                     Slot::Deleted => {
-                        batch.bytes += k.len();
-                        batch.ops.push(super::BatchOp::Delete(k.clone()));
+                        add(super::BatchOp::Delete(k.clone()));
                         *slot = Slot::Absent;
                     }
                     Slot::Clean(_) | Slot::Absent => {}
                 }
             }
-            self.backend.write_batch(batch)?;
-            self.dirty = 0;
         }
-        if clear {
-            self.cache.clear();
-        }
-        Ok(())
+        batch.bytes = batch.ops.iter().map(op_bytes).sum();
+        // In key order: RocksDB's memtable inserts a run of ascending keys from where the
+        // last one went (a random order pays a full skip-list descent per key).
+        batch.ops.sort_unstable_by(|a, b| op_key(a).cmp(op_key(b)));
+        self.dirty = 0;
+        self.backend.write_batch(batch)
     }
 
     /// Sets the slot of `key` (the key copied only when it is new to the cache; a full

@@ -153,13 +153,13 @@ impl TimerQueue {
 
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        if self.live.contains(&(ts, key_group, key) as &dyn TimerId) {
-            return;
-        }
+        // One hash for a new timer (the usual case), at the price of a copy of the key for
+        // one that exists.
         let timer = Timer(ts, key_group, Arc::from(key));
-        self.live.insert(timer.clone());
-        self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
-        self.note(timer, Change::Added);
+        if self.live.insert(timer.clone()) {
+            self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+            self.note(timer, Change::Added);
+        }
     }
 
     /// Deletes a timer (nothing when there is none).
