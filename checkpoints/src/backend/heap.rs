@@ -326,7 +326,7 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, map_key| remove(g, prefix, map_key))
+        self.with_prefix_mut(key, remove)
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
