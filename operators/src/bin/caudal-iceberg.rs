@@ -65,7 +65,7 @@ fn snapshots(table: &str, url: &str, name: &str) -> Result<String, String> {
         caudal::JobConfig::default().with_env_overrides().map_err(|e| e.to_string())?.checkpoints.storage.s3;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let catalog = PostgresCatalog::connect(url, name, "", storage::file_io(&s3))
+        let catalog = PostgresCatalog::connect(url, name, "", storage::file_io(&s3, &Default::default()))
             .await
             .map_err(|e| format!("{e:#}"))?;
         let table = catalog.load_table(&ident).await.map_err(|e| format!("{e:#}"))?;

@@ -117,7 +117,7 @@ impl PostgresCatalog {
     pub async fn for_config(config: &super::IcebergConfig) -> Result<Self> {
         let warehouse =
             config.warehouse_uri().map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?;
-        let io = super::storage::file_io(&config.s3);
+        let io = super::storage::file_io(&config.s3, &config.retry);
         Self::connect(&config.catalog_url, &config.catalog_name, &warehouse, io).await
     }
 

@@ -5,6 +5,7 @@
 //! **In:** absolute locations as Iceberg writes them (`file:///…`, `s3://bucket/…`).
 //! **Out:** [`iceberg::io::Storage`] operations on the matching store.
 
+use crate::retry::RetryPolicy;
 use async_trait::async_trait;
 use bytes::Bytes;
 use caudal_checkpoints::S3Config;
@@ -23,37 +24,46 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 
-/// How long a data or metadata file's request retries before the sink gives up: the
-/// client's default (10 retries from 100 ms) is spent within ~3 s of an outage, and a
-/// writer that fails closing its files fails the job. With this, requests back off up to
-/// 5 s apart for up to 3 minutes, and the stream waits meanwhile (backpressure).
-fn outage_retry() -> object_store::RetryConfig {
+/// The S3 client's retries for the warehouse, from the sink's retry policy: a writer cannot
+/// redo a file it failed to close, so its requests must ride out an outage themselves (the
+/// client's default spends 10 retries within ~3 s). Backoff from `initial_backoff_ms`
+/// doubling up to `max_backoff_ms`, for `give_up_after_secs`; the stream waits meanwhile
+/// (backpressure).
+fn client_retry(policy: &RetryPolicy) -> object_store::RetryConfig {
+    use std::time::Duration;
     object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
-            init_backoff: std::time::Duration::from_millis(200),
-            max_backoff: std::time::Duration::from_secs(5),
+            init_backoff: Duration::from_millis(policy.initial_backoff_ms),
+            max_backoff: Duration::from_millis(policy.max_backoff_ms),
             base: 2.0,
         },
-        max_retries: 60,
-        retry_timeout: std::time::Duration::from_secs(180),
+        // The time limit, not the count, ends the retries.
+        max_retries: usize::MAX,
+        retry_timeout: Duration::from_secs(policy.give_up_after_secs),
     }
 }
 
-/// A [`FileIO`] over local directories and S3 buckets reached with `s3`.
-pub fn file_io(s3: &S3Config) -> FileIO {
-    FileIOBuilder::new(Arc::new(ObjectStorageFactory { s3: s3.clone() })).build()
+/// A [`FileIO`] over local directories and S3 buckets reached with `s3`, its requests
+/// retried by `retry`.
+pub fn file_io(s3: &S3Config, retry: &RetryPolicy) -> FileIO {
+    FileIOBuilder::new(Arc::new(ObjectStorageFactory { s3: s3.clone(), retry: retry.clone() })).build()
 }
 
 /// Builds [`ObjectStorage`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectStorageFactory {
     s3: S3Config,
+    retry: RetryPolicy,
 }
 
 #[typetag::serde]
 impl StorageFactory for ObjectStorageFactory {
     fn build(&self, _config: &StorageConfig) -> Result<Arc<dyn Storage>> {
-        Ok(Arc::new(ObjectStorage { s3: self.s3.clone(), buckets: Arc::default() }))
+        Ok(Arc::new(ObjectStorage {
+            s3: self.s3.clone(),
+            retry: Some(self.retry.clone()),
+            buckets: Arc::default(),
+        }))
     }
 }
 
@@ -62,6 +72,8 @@ impl StorageFactory for ObjectStorageFactory {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectStorage {
     s3: S3Config,
+    /// How the S3 client retries (`None`: its default, for a caller that retries itself).
+    retry: Option<RetryPolicy>,
     #[serde(skip)]
     buckets: Arc<Mutex<HashMap<String, Arc<dyn ObjectStore>>>>,
 }
@@ -81,9 +93,9 @@ impl ObjectStorage {
                 match buckets.get(bucket) {
                     Some(s) => s.clone(),
                     None => {
-                        let s =
-                            caudal_checkpoints::s3_bucket_store_with_retry(bucket, &self.s3, outage_retry())
-                                .map_err(|e| io_error("opening bucket of", path, e))?;
+                        let retry = self.retry.as_ref().map_or_else(Default::default, client_retry);
+                        let s = caudal_checkpoints::s3_bucket_store_with_retry(bucket, &self.s3, retry)
+                            .map_err(|e| io_error("opening bucket of", path, e))?;
                         buckets.insert(bucket.to_string(), s.clone());
                         s
                     }
@@ -219,7 +231,8 @@ impl FileWrite for ObjectWrite {
 
 /// The location of every object under `prefix` (an absolute `file://` or `s3://` location).
 pub(crate) async fn list(storage_s3: &S3Config, prefix: &str) -> Result<Vec<String>> {
-    let storage = ObjectStorage { s3: storage_s3.clone(), buckets: Arc::default() };
+    // The caller retries a failed listing with its policy.
+    let storage = ObjectStorage { s3: storage_s3.clone(), retry: None, buckets: Arc::default() };
     let (store, key) = storage.resolve(prefix)?;
     // `s3://bucket` or `file://`; object names carry no leading `/`.
     let root = match prefix.strip_prefix("s3://") {

@@ -70,7 +70,7 @@ impl TableClient {
             .map_err(|e| Error::Internal(format!("{what}: starting the Iceberg runtime: {e}")))?;
         Ok(TableClient {
             warehouse: config.warehouse_uri()?,
-            file_io: file_io(&config.s3),
+            file_io: file_io(&config.s3, &config.retry),
             config: config.clone(),
             ident,
             runtime,
