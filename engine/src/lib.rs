@@ -25,6 +25,7 @@
 //! (212 °F is 100 °C: an anomaly for this filter, as is 5000 °F.)
 
 mod api;
+pub mod calendar;
 pub mod cluster;
 pub mod config;
 mod coordinator;

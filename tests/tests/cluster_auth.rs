@@ -2,8 +2,9 @@
 //! `--secret-file` run a job whose shuffle crosses processes, every control and data
 //! connection authenticated; a task manager with another secret (or none) is refused while
 //! the job runs on and finishes with exactly the output its input implies; a job manager
-//! listening off loopback answers 401 to a request without the secret as bearer token, so an
-//! unauthenticated submit runs nothing.
+//! listening off loopback answers 401 to a request without the secret as bearer token (or the
+//! web UI's session cookie, which signing in with the secret sets), so an unauthenticated
+//! submit runs nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cluster_support;
@@ -121,6 +122,37 @@ fn off_loopback_the_rest_api_needs_the_secret_and_an_unauthenticated_submit_runs
     assert_eq!(r.status().as_u16(), 200, "with the token");
     let wrong = agent.get(&url).header("Authorization", "Bearer not-the-secret-at-all").call().unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
+
+    // A browser: the UI's page is a sign-in form, not the UI; the secret buys a session cookie.
+    let base = format!("http://127.0.0.1:{http}");
+    let mut page = agent.get(&format!("{base}/")).header("Accept", "text/html").call().unwrap();
+    assert_eq!(page.status().as_u16(), 401);
+    let html = page.body_mut().read_to_string().unwrap();
+    assert!(html.contains("Sign in") && !html.contains("/api/v1/jobs"), "{html}");
+    let login = format!("{base}/api/v1/login");
+    let json = |token: &str| serde_json::json!({ "token": token }).to_string();
+    let bad = agent
+        .post(&login)
+        .header("Content-Type", "application/json")
+        .send(json("guess-guess-guess"))
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 401);
+    assert!(bad.headers().get("set-cookie").is_none());
+    let cross = agent
+        .post(&login)
+        .header("Content-Type", "application/json")
+        .header("Origin", "http://evil.example")
+        .send(json(token.trim()))
+        .unwrap();
+    assert_eq!(cross.status().as_u16(), 403, "another site cannot sign a browser in");
+    let ok = agent.post(&login).header("Content-Type", "application/json").send(json(token.trim())).unwrap();
+    assert_eq!(ok.status().as_u16(), 204);
+    let cookie = ok.headers().get("set-cookie").unwrap().to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let session = cookie.split(';').next().unwrap();
+    assert!(!session.contains(token.trim()), "the cookie is not the secret itself");
+    let r = agent.get(&url).header("Cookie", session).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200, "with the session cookie");
 
     // `caudal submit` without the secret: refused, nothing runs.
     let jobmanager = format!("http://127.0.0.1:{http}");

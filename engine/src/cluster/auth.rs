@@ -2,8 +2,8 @@
 //! managers and executors proves it, both ways, before a byte of the protocol flows.
 //!
 //! **In:** a secret file (`--secret-file`, or `CAUDAL_CLUSTER_SECRET_FILE` for executors,
-//! which the task manager sets) shared by every process of the cluster. **Out:** an
-//! authenticated TCP stream, or an error naming what failed.
+//! which the task manager sets) shared by every process of the cluster. **Out:** a
+//! connection whose peer proved the secret, or an error naming what failed.
 //!
 //! Handshake (mutual challenge–response, HMAC-SHA256; the secret never crosses the wire):
 //!
@@ -17,22 +17,20 @@
 //! connection is closed and logged; nothing else changes (the job keeps running). Without a
 //! secret both sides skip the handshake — which is why a job manager refuses to listen off
 //! loopback without one. The same secret is the bearer token of the job manager's REST API
-//! when it listens off loopback (see [`ClusterSecret::bearer`]). Traffic is authenticated,
-//! not encrypted.
+//! when it listens off loopback (see [`ClusterSecret::bearer`]). The secret authenticates;
+//! encryption is TLS's ([`super::tls`]), inside which this handshake then runs.
 
 use crate::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The environment variable that hands the secret file to executors.
 pub const SECRET_FILE_ENV: &str = "CAUDAL_CLUSTER_SECRET_FILE";
 const MAGIC: &[u8; 8] = b"CAUDALA1";
-/// How long a peer has to answer the handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The cookie of a signed-in web UI.
+pub(crate) const UI_SESSION_COOKIE: &str = "caudal_session";
 
 /// The shared secret of a cluster (its bytes are never printed).
 #[derive(Clone)]
@@ -116,15 +114,29 @@ impl ClusterSecret {
         header.strip_prefix("Bearer ").is_some_and(|t| equal(t.trim().as_bytes(), &self.bytes))
     }
 
+    /// The web UI's session cookie value: derived from the secret (HMAC), so the server keeps
+    /// no sessions and a new secret ends every session.
+    pub(crate) fn ui_session(&self) -> String {
+        self.mac(&[b"caudal web ui session v1"]).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether a `Cookie` header carries the UI's session, compared in constant time.
+    pub(crate) fn accepts_ui_session(&self, cookies: &str) -> bool {
+        let session = self.ui_session();
+        cookies
+            .split(';')
+            .filter_map(|c| c.trim().strip_prefix(UI_SESSION_COOKIE)?.strip_prefix('='))
+            .any(|v| equal(v.as_bytes(), session.as_bytes()))
+    }
+
     fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         hmac_sha256(&self.bytes, parts)
     }
 }
 
-/// The accepting side's half: proves `secret` to the peer and checks the peer's proof.
-pub(crate) fn accept(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> io::Result<()> {
-    let Some(secret) = secret else { return Ok(()) };
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+/// The accepting side's half: proves `secret` to the peer and checks the peer's proof
+/// (the caller bounds how long it waits: [`super::transport`]).
+pub(crate) fn accept<S: Read + Write>(stream: &mut S, secret: &ClusterSecret) -> io::Result<()> {
     let mine = nonce()?;
     let mut hello = MAGIC.to_vec();
     hello.extend_from_slice(&mine);
@@ -136,13 +148,11 @@ pub(crate) fn accept(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> 
         return Err(refused("the peer does not know the cluster secret"));
     }
     stream.write_all(&secret.mac(&[b"server", theirs, &mine]))?;
-    stream.set_read_timeout(None)
+    stream.flush()
 }
 
 /// The connecting side's half.
-pub(crate) fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> io::Result<()> {
-    let Some(secret) = secret else { return Ok(()) };
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+pub(crate) fn connect<S: Read + Write>(stream: &mut S, secret: &ClusterSecret) -> io::Result<()> {
     let mut hello = [0u8; 40];
     stream.read_exact(&mut hello).map_err(|e| {
         refused(&format!(
@@ -157,6 +167,7 @@ pub(crate) fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) ->
     let mut answer = mine.to_vec();
     answer.extend_from_slice(&secret.mac(&[b"client", theirs, &mine]));
     stream.write_all(&answer)?;
+    stream.flush()?;
     let mut proof = [0u8; 32];
     stream.read_exact(&mut proof).map_err(|_| {
         refused("the peer refused this process's cluster secret (a different --secret-file?)")
@@ -164,7 +175,7 @@ pub(crate) fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) ->
     if !equal(&proof, &secret.mac(&[b"server", &mine, theirs])) {
         return Err(refused("the peer does not know the cluster secret"));
     }
-    stream.set_read_timeout(None)
+    Ok(())
 }
 
 fn refused(why: &str) -> io::Error {
@@ -205,7 +216,7 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     fn secret(s: &str) -> ClusterSecret {
         ClusterSecret { bytes: s.as_bytes().into(), path: PathBuf::from("test") }
@@ -218,30 +229,29 @@ mod tests {
         assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
     }
 
-    fn handshake(server: Option<&str>, client: Option<&str>) -> (io::Result<()>, io::Result<()>) {
+    fn handshake(server: &str, client: &str) -> (io::Result<()>, io::Result<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let server = server.map(secret);
+        let server = secret(server);
         let accepting = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
-            let r = accept(&mut s, server.as_ref());
+            let r = accept(&mut s, &server);
             if r.is_err() {
                 drop(s);
             }
             r
         });
         let mut c = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
-        let client = client.map(secret);
-        let r = connect(&mut c, client.as_ref());
+        let r = connect(&mut c, &secret(client));
         drop(c);
         (accepting.join().unwrap_or_else(|_| panic!("server panicked")), r)
     }
 
     #[test]
     fn the_same_secret_passes_and_another_is_refused_on_both_sides() {
-        let (s, c) = handshake(Some("correct horse battery staple"), Some("correct horse battery staple"));
+        let (s, c) = handshake("correct horse battery staple", "correct horse battery staple");
         assert!(s.is_ok() && c.is_ok(), "{s:?} {c:?}");
-        let (s, c) = handshake(Some("correct horse battery staple"), Some("wrong horse battery staple!"));
+        let (s, c) = handshake("correct horse battery staple", "wrong horse battery staple!");
         assert_eq!(s.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
         assert!(c.unwrap_err().to_string().contains("refused"));
     }

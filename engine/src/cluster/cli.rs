@@ -1,10 +1,11 @@
 //! The `caudal` command line: `jobmanager`, `taskmanager`, `submit`, `list`, `savepoint`,
-//! `stop`, `cancel`.
+//! `stop`, `cancel`, `certs`.
 
 use super::client::JobManagerClient;
 use super::jobmanager::submit::SubmitRequest;
 use super::jobmanager::{ClusterJobView, JobManager, JobManagerConfig, RestartStrategy};
 use super::taskmanager::{self, TaskManagerConfig};
+use super::transport::ClusterTrust;
 use crate::job::JobStatus;
 use crate::{Error, Result};
 use clap::{Parser, Subcommand};
@@ -25,6 +26,17 @@ struct Cli {
     /// off loopback also requires it as the REST API's bearer token.
     #[arg(long, global = true, value_name = "FILE", env = "CAUDAL_CLUSTER_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// This process's TLS certificate (PEM, e.g. from `caudal certs`). With --tls-key and
+    /// --tls-ca, every control and shuffle connection runs over mutual TLS: the job manager,
+    /// every task manager (and through it every executor) need certificates of one CA.
+    #[arg(long, global = true, value_name = "FILE", env = "CAUDAL_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, global = true, value_name = "FILE", env = "CAUDAL_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must show a certificate it signed.
+    #[arg(long, global = true, value_name = "FILE", env = "CAUDAL_TLS_CA")]
+    tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,6 +169,23 @@ enum Commands {
         #[arg(long, default_value = "http://127.0.0.1:8081")]
         jobmanager: String,
     },
+    /// Make a CA and a certificate per process for the cluster's mutual TLS: DIR/ca.pem and
+    /// DIR/NAME.pem + DIR/NAME.key for each --name (the CA's key is not kept).
+    Certs {
+        /// The directory to write (existing files are never overwritten).
+        #[arg(long, default_value = "certs")]
+        out: PathBuf,
+        /// A process to make a certificate for (repeatable), e.g. jobmanager, tm-1.
+        #[arg(long = "name", required = true)]
+        names: Vec<String>,
+        /// Another host name or IP address the certificates name besides localhost and
+        /// 127.0.0.1 (repeatable; informational: the cluster checks the CA, not names).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = super::certs::DEFAULT_DAYS, value_parser = clap::value_parser!(u32).range(1..))]
+        days: u32,
+    },
     /// Any other command `X` runs the program `caudal-X` (next to `caudal`, or on PATH) with
     /// the remaining arguments, e.g. `caudal schema check NEW.avsc --subject S --registry URL`.
     #[command(external_subcommand)]
@@ -166,14 +195,20 @@ enum Commands {
 /// Entry point of the `caudal` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let secret = match cli.secret_file.as_deref().map(super::auth::ClusterSecret::from_file).transpose() {
-        Ok(s) => s,
+    let trust = cli.secret_file.as_deref().map(super::auth::ClusterSecret::from_file).transpose().and_then(
+        |secret| {
+            let tls = super::tls::ClusterTls::from_options(cli.tls_cert, cli.tls_key, cli.tls_ca)?;
+            Ok(ClusterTrust { secret, tls })
+        },
+    );
+    let trust = match trust {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("caudal: {e}");
             return ExitCode::from(2);
         }
     };
-    match run(cli.command, secret) {
+    match run(cli.command, trust) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("caudal: {e}");
@@ -182,8 +217,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(command: Commands, secret: Option<super::auth::ClusterSecret>) -> Result<ExitCode> {
-    let client = |url: &str| JobManagerClient::new(url, secret.as_ref());
+fn run(command: Commands, trust: ClusterTrust) -> Result<ExitCode> {
+    let client = |url: &str| JobManagerClient::new(url, trust.secret.as_ref());
     match command {
         Commands::Jobmanager {
             bind,
@@ -211,7 +246,7 @@ fn run(command: Commands, secret: Option<super::auth::ClusterSecret>) -> Result<
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
                 allow_remote: insecure_allow_remote,
-                secret: secret.clone(),
+                trust: trust.clone(),
                 restart: RestartStrategy {
                     initial_backoff: Duration::from_millis(restart_backoff_ms),
                     max_backoff: Duration::from_millis(restart_backoff_max_ms.max(restart_backoff_ms)),
@@ -233,7 +268,7 @@ fn run(command: Commands, secret: Option<super::auth::ClusterSecret>) -> Result<
                 slots,
                 data_dir,
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
-                secret: secret.clone(),
+                trust: trust.clone(),
                 ..TaskManagerConfig::default()
             };
             if let Some(n) = name {
@@ -284,6 +319,20 @@ fn run(command: Commands, secret: Option<super::auth::ClusterSecret>) -> Result<
         Commands::Cancel { job, jobmanager } => {
             let view = client(&jobmanager)?.cancel(&job)?;
             println!("cancelling job `{}` (was {:?})", view.name, view.status);
+            Ok(ExitCode::SUCCESS)
+        }
+        Commands::Certs { out, names, hosts, days } => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let made = super::certs::generate_for_days(&out, &names, &hosts, days)?;
+            println!("CA certificate: {}", out.join("ca.pem").display());
+            for files in made {
+                println!(
+                    "  --tls-cert {} --tls-key {} --tls-ca {}",
+                    files.cert.display(),
+                    files.key.display(),
+                    files.ca.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Commands::External(args) => run_plugin(&args),

@@ -71,15 +71,15 @@ pub(crate) fn run(env: JobParts, job_name: &str, settings: ExecutorSettings) -> 
     if settings.watch_stdin {
         watch_stdin();
     }
-    let mut stream = connect(&settings.jobmanager)?;
-    super::auth::connect(&mut stream, settings.secret.as_ref()).map_err(|e| {
-        Error::Cluster(format!("authenticating at the job manager {}: {e}", settings.jobmanager))
-    })?;
+    let stream = connect(&settings.jobmanager)?;
     // Peers reach this executor's data port on the interface the job manager is reached from.
     let local_ip =
         stream.local_addr().map_err(|e| Error::io("reading the control socket's address", e))?.ip();
+    let conn = settings.trust.connect(stream).map_err(|e| {
+        Error::Cluster(format!("authenticating at the job manager {}: {e}", settings.jobmanager))
+    })?;
     let link: Link<ToExecutor> =
-        Link::start(stream, "jobmanager").map_err(|e| Error::io("connecting to the job manager", e))?;
+        Link::start(conn, "jobmanager").map_err(|e| Error::io("connecting to the job manager", e))?;
     link.sender
         .send(&Hello::Executor { executor_id: settings.executor_id.clone() })
         .map_err(|e| Error::io("greeting the job manager", e))?;
@@ -97,7 +97,7 @@ pub(crate) fn run(env: JobParts, job_name: &str, settings: ExecutorSettings) -> 
         Err(_) => lost("no deployment from the job manager within 30 s"),
     };
     let config = deployed_config(&env.config, &deployment);
-    let outcome = run_deployed(&env, &config, job_name, &link, &deployment, data, settings.secret.clone());
+    let outcome = run_deployed(&env, &config, job_name, &link, &deployment, data, settings.trust.clone());
     let (error, retryable) = match &outcome {
         Ok(_) | Err(Error::Cancelled) => (None, false),
         Err(e) => (Some(e.to_string()), e.is_retryable()),
@@ -129,7 +129,7 @@ fn run_deployed(
     link: &Link<ToExecutor>,
     deployment: &Deployment,
     data: TcpListener,
-    secret: Option<super::auth::ClusterSecret>,
+    trust: super::transport::ClusterTrust,
 ) -> Result<JobResult> {
     // The job manager's state browser reaches these through `state_forward`.
     let queries = Arc::new(crate::state_query::StateQueries::new());
@@ -148,7 +148,7 @@ fn run_deployed(
     let mut senders = Vec::new();
     if let Some(remote) = remote {
         let capacity = (config.channel_capacity / config.batch_size).max(1);
-        senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control, secret)?;
+        senders = shuffle::start(data, remote, me, &deployment.peers, capacity, &control, trust)?;
     }
     let handles = run.spawn(&control, Some(ack_tx))?;
     let sources = handles.iter().filter(|h| h.is_source).count();

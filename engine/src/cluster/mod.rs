@@ -23,12 +23,14 @@
 //!   it instead of running its own coordinator. `CAUDAL__PRINT_PLAN=1` (or `--caudal-plan`)
 //!   makes `execute` print the plan as JSON and exit ([`plan`]).
 //!
-//! Today one executor runs all subtasks of a job (on one task manager, using as many of its
-//! slots as the job's largest parallelism); subtasks spread over several task managers with
-//! a TCP shuffle between them are the next step.
+//! A job's subtasks spread over the task managers' slots; channels between executors run
+//! over TCP ([`shuffle`]). Every control and shuffle connection goes through
+//! [`transport::ClusterTrust`]: mutual TLS ([`tls`], certificates from [`certs`]) and the
+//! cluster secret ([`auth`]), each when configured.
 
 pub mod auth;
 pub(crate) mod blob;
+pub mod certs;
 pub mod cli;
 pub(crate) mod client;
 pub(crate) mod executor;
@@ -39,3 +41,5 @@ pub(crate) mod role;
 pub(crate) mod shuffle;
 pub(crate) mod state_forward;
 pub mod taskmanager;
+pub mod tls;
+pub mod transport;

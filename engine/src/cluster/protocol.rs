@@ -4,13 +4,13 @@
 //! heartbeat every [`HEARTBEAT_INTERVAL`], so a silent peer is noticed by its timeout and a
 //! dead one by the closed connection.
 
+use super::transport::{Closer, Conn};
 use crate::types::{CheckpointBarrier, CheckpointId};
 use crossbeam_channel::{unbounded, Receiver};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,20 +245,27 @@ pub(crate) fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<T
 }
 
 /// The sending half of a connection, shareable between threads.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Sender {
-    stream: Arc<Mutex<TcpStream>>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
+    closer: Closer,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sender({:?})", self.closer)
+    }
 }
 
 impl Sender {
     /// Sends one message; an error means the connection is gone.
     pub(crate) fn send<T: Serialize>(&self, msg: &T) -> io::Result<()> {
-        write_frame(&mut *self.stream.lock(), msg)
+        write_frame(&mut *self.writer.lock(), msg)
     }
 
     /// Closes both directions: the peer's reads end, and so do ours.
     pub(crate) fn close(&self) {
-        let _ = self.stream.lock().shutdown(Shutdown::Both);
+        self.closer.close();
     }
 }
 
@@ -272,13 +279,14 @@ pub(crate) struct Link<In> {
 }
 
 impl<In: DeserializeOwned + Send + 'static> Link<In> {
-    /// Starts the reader thread of `stream`.
-    pub(crate) fn start(stream: TcpStream, name: &str) -> io::Result<Self> {
-        let _ = stream.set_nodelay(true);
+    /// Starts the reader thread of `conn` (authenticated: [`super::transport`]).
+    pub(crate) fn start(conn: Conn, name: &str) -> io::Result<Self> {
+        let Conn { mut reader, writer, closer, .. } = conn;
+        let socket = closer.socket();
+        let _ = socket.set_nodelay(true);
         // A peer that stops reading must not block our writers forever.
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-        let mut reader = stream.try_clone()?;
+        let _ = socket.set_write_timeout(Some(Duration::from_secs(10)));
+        let peer = closer.peer();
         let (tx, incoming) = unbounded();
         std::thread::Builder::new().name(format!("caudal-read-{name}")).spawn(move || loop {
             match read_frame::<In>(&mut reader) {
@@ -298,7 +306,7 @@ impl<In: DeserializeOwned + Send + 'static> Link<In> {
                 }
             }
         })?;
-        Ok(Link { sender: Sender { stream: Arc::new(Mutex::new(stream)) }, incoming, peer })
+        Ok(Link { sender: Sender { writer: Arc::new(Mutex::new(writer)), closer }, incoming, peer })
     }
 }
 

@@ -36,8 +36,9 @@ pub(crate) struct ExecutorSettings {
     pub(crate) executor_id: String,
     /// Exit when stdin reaches its end (the parent task manager is gone).
     pub(crate) watch_stdin: bool,
-    /// The cluster secret the task manager handed over (`CAUDAL_CLUSTER_SECRET_FILE`).
-    pub(crate) secret: Option<super::auth::ClusterSecret>,
+    /// The cluster secret and TLS identity the task manager handed over
+    /// (`CAUDAL_CLUSTER_SECRET_FILE`, `CAUDAL_TLS_*`).
+    pub(crate) trust: super::transport::ClusterTrust,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -64,12 +65,12 @@ impl ClusterRole {
                 )
             })?;
             let watch_stdin = var("CAUDAL__EXECUTOR_WATCH_STDIN").is_some_and(|v| v != "0");
-            let secret = super::auth::ClusterSecret::from_env()?;
+            let trust = super::transport::ClusterTrust::from_env()?;
             return Ok(ClusterRole::Executor(ExecutorSettings {
                 jobmanager,
                 executor_id,
                 watch_stdin,
-                secret,
+                trust,
             }));
         }
         Ok(ClusterRole::Embedded)

@@ -13,8 +13,11 @@
 //!   alignment), and a slow consumer stops its producer in another process.
 //! * A connection that breaks before every channel on it ended fails the executor (the job
 //!   manager then restarts the job from its latest checkpoint).
+//! * Every connection proves the cluster's trust first (TLS, secret: [`super::transport`]);
+//!   a peer that cannot is refused and logged, and the job goes on.
 
 use super::protocol::{read_frame, write_frame, write_frame_unflushed, Peer};
+use super::transport::{ClusterTrust, Conn};
 use crate::metrics::SubtaskMetrics;
 use crate::runtime::codec::BatchCodec;
 use crate::runtime::exchange::ChannelMessage;
@@ -86,7 +89,7 @@ pub(crate) fn start(
     peers: &[Peer],
     capacity: usize,
     control: &JobControl,
-    secret: Option<super::auth::ClusterSecret>,
+    trust: ClusterTrust,
 ) -> Result<Vec<std::thread::JoinHandle<()>>> {
     let RemoteChannels { outbound, inbound, .. } = channels;
     let mut senders = Vec::new();
@@ -99,11 +102,11 @@ pub(crate) fn start(
     }
     for (peer, chans) in by_peer {
         let addr = peers[peer].addr.clone();
-        let (control, secret) = (control.clone(), secret.clone());
+        let (control, trust) = (control.clone(), trust.clone());
         let sender = std::thread::Builder::new()
             .name(format!("caudal-send-{peer}"))
             .spawn(move || {
-                if let Err(e) = send_loop(&addr, me, chans, capacity as i64, &control, secret.as_ref()) {
+                if let Err(e) = send_loop(&addr, me, chans, capacity as i64, &control, &trust) {
                     fail(&control, format!("data connection to the executor at {addr}: {e}"));
                 }
             })
@@ -132,15 +135,18 @@ pub(crate) fn start(
         std::thread::Builder::new()
             .name("caudal-data-accept".into())
             .spawn(move || {
-                for mut stream in listener.incoming().flatten() {
-                    let (inbound, control, secret) = (inbound.clone(), control.clone(), secret.clone());
+                for stream in listener.incoming().flatten() {
+                    let (inbound, control, trust) = (inbound.clone(), control.clone(), trust.clone());
                     let _ = std::thread::Builder::new().name("caudal-recv".into()).spawn(move || {
-                        // A peer without the secret is refused and logged; the job goes on.
-                        if let Err(e) = super::auth::accept(&mut stream, secret.as_ref()) {
-                            tracing::warn!("caudal executor: data connection refused: {e}");
-                            return;
-                        }
-                        if let Err(e) = receive_loop(stream, &inbound, capacity as i64, &control) {
+                        // A peer without the cluster's trust is refused and logged; the job goes on.
+                        let conn = match trust.accept(stream) {
+                            Ok(conn) => conn,
+                            Err(e) => {
+                                tracing::warn!("caudal executor: data connection refused: {e}");
+                                return;
+                            }
+                        };
+                        if let Err(e) = receive_loop(conn, &inbound, capacity as i64, &control) {
                             fail(&control, format!("data connection: {e}"));
                         }
                     });
@@ -172,14 +178,14 @@ fn send_loop(
     chans: Vec<Outbound>,
     capacity: i64,
     control: &JobControl,
-    secret: Option<&super::auth::ClusterSecret>,
+    trust: &ClusterTrust,
 ) -> Result<()> {
-    let mut stream = connect(addr, control)?;
-    super::auth::connect(&mut stream, secret)
-        .map_err(|e| Error::io("authenticating a data connection", e))?;
+    let stream = connect(addr, control)?;
     let _ = stream.set_nodelay(true);
-    let mut reader = BufReader::new(stream.try_clone().map_err(|e| Error::io("cloning a data socket", e))?);
-    let mut writer = BufWriter::new(stream);
+    let Conn { reader, writer, closer, .. } =
+        trust.connect(stream).map_err(|e| Error::io("authenticating a data connection", e))?;
+    let mut reader = BufReader::new(reader);
+    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     write_frame(&mut writer, &Wire::Hello { from: me }).map_err(|e| Error::io("greeting", e))?;
     let (credit_tx, credit_rx) = unbounded::<(ChannelKey, u32)>();
     std::thread::Builder::new()
@@ -257,7 +263,7 @@ fn send_loop(
     }
     writer.flush().map_err(|e| Error::io("sending", e))?;
     // Every channel ended: tell the receiver (its reads end, then it drops the connection).
-    let _ = writer.get_ref().shutdown(std::net::Shutdown::Write);
+    closer.shutdown_write();
     Ok(())
 }
 
@@ -272,16 +278,15 @@ struct Inbound {
 }
 
 fn receive_loop(
-    stream: TcpStream,
+    conn: Conn,
     inbound: &Arc<HashMap<ChannelKey, Inbound>>,
     capacity: i64,
     control: &JobControl,
 ) -> Result<()> {
-    let _ = stream.set_nodelay(true);
-    let writer = Arc::new(Mutex::new(BufWriter::new(
-        stream.try_clone().map_err(|e| Error::io("cloning a data socket", e))?,
-    )));
-    let mut reader = BufReader::new(stream);
+    let _ = conn.socket().set_nodelay(true);
+    let Conn { reader, writer, .. } = conn;
+    let writer = Arc::new(Mutex::new(BufWriter::new(writer)));
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let from = match read_frame::<Wire>(&mut reader) {
         Ok(Wire::Hello { from }) => from,
         Ok(other) => return Err(Error::Cluster(format!("expected a hello, got {other:?}"))),
@@ -356,7 +361,7 @@ fn grant_credits(
     inbound: &HashMap<ChannelKey, Inbound>,
     active: &Mutex<BTreeSet<ChannelKey>>,
     done: &AtomicBool,
-    writer: &Mutex<BufWriter<TcpStream>>,
+    writer: &Mutex<BufWriter<Box<dyn Write + Send>>>,
     capacity: i64,
 ) {
     while !done.load(Ordering::SeqCst) {
@@ -412,10 +417,15 @@ mod tests {
             Peer { slots: vec![1], addr: l1.local_addr().unwrap().to_string() },
         ];
         let control = JobControl::default();
-        // Both executors prove the cluster secret on the data connection.
-        let secret = Some(super::super::auth::ClusterSecret::from_bytes(b"a shuffle test's secret"));
-        let senders = start(l0, producer_side, 0, &peers, capacity, &control, secret.clone()).unwrap();
-        assert!(start(l1, consumer_side, 1, &peers, capacity, &control, secret).unwrap().is_empty());
+        // The data connection runs over mutual TLS, and both executors prove the cluster secret in it.
+        let certs = tempfile::tempdir().unwrap();
+        let ids = super::super::certs::generate(certs.path(), &["exec-0", "exec-1"], &[]).unwrap();
+        let trust = |i: usize| ClusterTrust {
+            secret: Some(super::super::auth::ClusterSecret::from_bytes(b"a shuffle test's secret")),
+            tls: Some(super::super::tls::ClusterTls::from_files(ids[i].clone()).unwrap()),
+        };
+        let senders = start(l0, producer_side, 0, &peers, capacity, &control, trust(0)).unwrap();
+        assert!(start(l1, consumer_side, 1, &peers, capacity, &control, trust(1)).unwrap().is_empty());
         // The consumer reads nothing: the producer fills its channel, the consumer's channel
         // and nothing more — backpressure across the connection.
         let mut sent = 0u64;

@@ -37,9 +37,9 @@ pub struct TaskManagerConfig {
     pub data_dir: PathBuf,
     /// The job manager silent this long is lost (`--heartbeat-timeout-ms`).
     pub heartbeat_timeout: Duration,
-    /// The cluster secret (`--secret-file`), proven to the job manager and handed to the
-    /// executors ([`crate::cluster::auth`]).
-    pub secret: Option<crate::cluster::auth::ClusterSecret>,
+    /// The cluster secret (`--secret-file`) and TLS identity (`--tls-*`), proven to the job
+    /// manager and handed to the executors ([`crate::cluster::transport`]).
+    pub trust: crate::cluster::transport::ClusterTrust,
 }
 
 fn hostname() -> String {
@@ -58,7 +58,7 @@ impl Default for TaskManagerConfig {
             name: format!("{}-{}", hostname(), std::process::id()),
             data_dir: PathBuf::from("data/taskmanager"),
             heartbeat_timeout: Duration::from_secs(5),
-            secret: None,
+            trust: Default::default(),
         }
     }
 }
@@ -76,7 +76,7 @@ pub fn run(config: TaskManagerConfig) -> Result<()> {
     if config.slots == 0 {
         return Err(Error::config("--slots", "must be at least 1"));
     }
-    let client = JobManagerClient::new(&config.jobmanager, config.secret.as_ref())?;
+    let client = JobManagerClient::new(&config.jobmanager, config.trust.secret.as_ref())?;
     let blobs = BlobStore::open(&config.data_dir.join("blobs"))?;
     let mut announced = String::new();
     loop {
@@ -170,10 +170,12 @@ impl<'a> Session<'a> {
     ) -> std::result::Result<Self, SessionEnd> {
         let info = client.info().map_err(|e| SessionEnd::Retry(e.to_string()))?;
         let rpc = format!("{}:{}", client.host(), info.rpc_port);
-        let mut stream = TcpStream::connect(&rpc).map_err(|e| {
+        let stream = TcpStream::connect(&rpc).map_err(|e| {
             SessionEnd::Retry(format!("cannot reach the job manager's control port {rpc}: {e}"))
         })?;
-        crate::cluster::auth::connect(&mut stream, config.secret.as_ref())
+        let mut conn = config
+            .trust
+            .connect(stream)
             .map_err(|e| SessionEnd::Retry(format!("authenticating at {rpc}: {e}")))?;
         let hello = Hello::TaskManager {
             name: config.name.clone(),
@@ -181,8 +183,8 @@ impl<'a> Session<'a> {
             location: format!("{} pid {}", hostname(), std::process::id()),
         };
         let registering = |e: &dyn std::fmt::Display| SessionEnd::Retry(format!("registering at {rpc}: {e}"));
-        write_frame(&mut stream, &hello).map_err(|e| registering(&e))?;
-        let link: Link<ToTaskManager> = Link::start(stream, "jobmanager").map_err(|e| registering(&e))?;
+        write_frame(&mut conn.writer, &hello).map_err(|e| registering(&e))?;
+        let link: Link<ToTaskManager> = Link::start(conn, "jobmanager").map_err(|e| registering(&e))?;
         match link.incoming.recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(ToTaskManager::Welcome)) => {}
             Ok(Ok(ToTaskManager::Refused { reason })) => {
@@ -248,10 +250,7 @@ impl<'a> Session<'a> {
                     ("CAUDAL__EXECUTOR_ID".to_string(), executor_id.clone()),
                     ("CAUDAL__EXECUTOR_WATCH_STDIN".to_string(), "1".to_string()),
                 ];
-                if let Some(secret) = &self.config.secret {
-                    let path = secret.path().display().to_string();
-                    exec_env.push((crate::cluster::auth::SECRET_FILE_ENV.to_string(), path));
-                }
+                exec_env.extend(self.config.trust.executor_env());
                 // Downloading may take a while: never stall the heartbeats.
                 let _ = std::thread::Builder::new().name("caudal-start-executor".into()).spawn(move || {
                     let r = start_executor(

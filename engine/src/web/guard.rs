@@ -11,13 +11,19 @@
 //!   grants; and when it comes from a browser (`Origin`, `Sec-Fetch-Site`), the origin must be
 //!   this server's own. So neither a form post nor a `fetch` of another page stops a job.
 //!
+//! * **Off loopback** (a job manager with a cluster secret on another interface): every
+//!   request needs `Authorization: Bearer <secret>` or the web UI's session cookie. A browser
+//!   that has neither is shown a sign-in page (the 401's body, nothing else), which posts
+//!   the secret to `POST /api/v1/login`; that sets `caudal_session` (HttpOnly,
+//!   SameSite=Strict; an HMAC of the secret, so the server keeps no sessions).
+//!
 //! Clients that are not browsers (curl, `caudal`, scripts) send no `Origin` and are not
 //! affected beyond the content type.
 
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
@@ -55,11 +61,14 @@ impl Guard {
         let headers = req.headers();
         let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
         if let Some(secret) = &self.bearer {
-            if !text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h)) {
+            let signed_in = text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h))
+                || text(header::COOKIE).is_some_and(|c| secret.accepts_ui_session(c));
+            if !signed_in && !is_login(req) {
                 return Some((
                     StatusCode::UNAUTHORIZED,
                     "this job manager listens off loopback: every request needs `Authorization: Bearer <the \
-                     cluster secret>` (caudal commands: --secret-file or CAUDAL_CLUSTER_SECRET_FILE)"
+                     cluster secret>` (caudal commands: --secret-file or CAUDAL_CLUSTER_SECRET_FILE) or a \
+                     signed-in web UI"
                         .to_string(),
                 ));
             }
@@ -124,13 +133,78 @@ fn host_name(host: &str) -> &str {
     }
 }
 
+fn is_login(req: &Request) -> bool {
+    req.method() == Method::POST && req.uri().path() == LOGIN_PATH
+}
+
+const LOGIN_PATH: &str = "/api/v1/login";
+
 /// The middleware.
 pub(crate) async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     match guard.check(&req) {
+        Some((StatusCode::UNAUTHORIZED, _)) if wants_html(&req) => {
+            (StatusCode::UNAUTHORIZED, Html(SIGN_IN_PAGE)).into_response()
+        }
         Some((status, message)) => (status, Json(serde_json::json!({ "error": message }))).into_response(),
-        None => next.run(req).await,
+        None => match &guard.bearer {
+            Some(secret) if is_login(&req) => sign_in(secret, req).await,
+            _ => next.run(req).await,
+        },
     }
 }
+
+/// A browser navigating to a page (not a script's `fetch` of the API).
+fn wants_html(req: &Request) -> bool {
+    req.method() == Method::GET
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/html"))
+}
+
+/// `POST /api/v1/login {"token": "<the cluster secret>"}`: sets the session cookie.
+async fn sign_in(secret: &crate::cluster::auth::ClusterSecret, req: Request) -> Response {
+    let refused =
+        |why: &str| (StatusCode::UNAUTHORIZED, Json(serde_json::json!({ "error": why }))).into_response();
+    let Ok(body) = axum::body::to_bytes(req.into_body(), 64 * 1024).await else {
+        return refused("the sign-in request is larger than 64 KiB");
+    };
+    let token = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_string));
+    let Some(token) = token else { return refused("expected {\"token\": \"<the cluster secret>\"}") };
+    if !secret.accepts_bearer(&format!("Bearer {token}")) {
+        tracing::warn!("caudal web: a sign-in with a wrong secret was refused");
+        return refused("that is not the cluster secret");
+    }
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        crate::cluster::auth::UI_SESSION_COOKIE,
+        secret.ui_session()
+    );
+    (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
+}
+
+/// What a browser without a session sees instead of the UI.
+const SIGN_IN_PAGE: &str = r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Caudal: sign in</title>
+<style>body{font:15px system-ui,sans-serif;max-width:30em;margin:12vh auto;padding:0 1em}
+input,button{font:inherit;padding:.45em;margin:.3em 0}input{width:100%;box-sizing:border-box}#error{color:#b00020}</style>
+</head><body>
+<h1>Caudal job manager</h1>
+<p>This job manager listens off loopback. Sign in with the cluster secret (the contents of its <code>--secret-file</code>).</p>
+<form id="signin"><input id="token" type="password" autocomplete="current-password" placeholder="cluster secret" autofocus required>
+<button type="submit">Sign in</button></form><p id="error"></p>
+<script>
+document.getElementById('signin').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const r = await fetch('/api/v1/login', {method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({token: document.getElementById('token').value})});
+  if (r.ok) { location.reload(); return; }
+  document.getElementById('error').textContent = (await r.json().catch(() => ({}))).error || ('HTTP ' + r.status);
+});
+</script></body></html>"#;
 
 #[cfg(test)]
 mod tests {
@@ -198,5 +272,40 @@ mod tests {
         }
         // Reads stay open to any client of an allowed host.
         assert_eq!(g.check(&request("GET", &[host, ("origin", "http://evil.example")])), None);
+    }
+
+    #[test]
+    fn off_loopback_a_request_needs_the_bearer_or_the_session_cookie() {
+        let secret = crate::cluster::auth::ClusterSecret::from_bytes(b"an off-loopback test secret");
+        let g = Guard::new(&[], Some(secret.clone()));
+        let host = ("host", "10.0.0.5:8081");
+        let (status, _) = g.check(&request("GET", &[host])).unwrap();
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            g.check(&request("GET", &[host, ("authorization", "Bearer an off-loopback test secret")])),
+            None
+        );
+        let cookie = format!("theme=dark; caudal_session={}", secret.ui_session());
+        assert_eq!(g.check(&request("GET", &[host, ("cookie", &cookie)])), None);
+        let forged = "caudal_session=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        assert_eq!(
+            g.check(&request("GET", &[host, ("cookie", forged)])).unwrap().0,
+            StatusCode::UNAUTHORIZED
+        );
+        // Signing in needs no session, but is a state change like any other: JSON, own origin.
+        let login = |headers: &[(&str, &str)]| {
+            let mut b = Request::builder().method("POST").uri(LOGIN_PATH);
+            for (k, v) in headers {
+                b = b.header(*k, *v);
+            }
+            g.check(&b.body(Body::empty()).unwrap())
+        };
+        assert_eq!(login(&[host, ("content-type", "application/json")]), None);
+        assert_eq!(
+            login(&[host, ("content-type", "text/plain")]).unwrap().0,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        let evil = [host, ("content-type", "application/json"), ("origin", "http://evil.example")];
+        assert_eq!(login(&evil).unwrap().0, StatusCode::FORBIDDEN);
     }
 }

@@ -62,9 +62,10 @@ pub struct JobManagerConfig {
     /// Listen off loopback without a cluster secret (`--insecure-allow-remote`); refused
     /// otherwise.
     pub allow_remote: bool,
-    /// The cluster secret (`--secret-file`): every control and shuffle connection proves it
-    /// ([`crate::cluster::auth`]); off loopback it is also the REST API's bearer token.
-    pub secret: Option<crate::cluster::auth::ClusterSecret>,
+    /// What every control and shuffle connection proves: the cluster secret (`--secret-file`,
+    /// off loopback also the REST API's bearer token) and mutual TLS (`--tls-*`), each when set
+    /// ([`crate::cluster::transport`]).
+    pub trust: crate::cluster::transport::ClusterTrust,
     /// Restarts after failures.
     pub restart: RestartStrategy,
 }
@@ -80,7 +81,7 @@ impl Default for JobManagerConfig {
             data_dir: PathBuf::from("data/jobmanager"),
             heartbeat_timeout: Duration::from_secs(5),
             allow_remote: false,
-            secret: None,
+            trust: Default::default(),
             restart: RestartStrategy::default(),
         }
     }
@@ -138,7 +139,7 @@ impl JobManager {
     pub fn start(config: JobManagerConfig) -> Result<JobManager> {
         let mut config = config;
         for (flag, addr) in [("--bind", config.http_bind), ("--rpc-bind", config.rpc_bind)] {
-            if !addr.ip().is_loopback() && !config.allow_remote && config.secret.is_none() {
+            if !addr.ip().is_loopback() && !config.allow_remote && config.trust.secret.is_none() {
                 return Err(Error::config(
                     flag,
                     format!(
@@ -179,7 +180,7 @@ impl JobManager {
             http::routes(cluster.clone()),
             &cluster.config.http_allowed_hosts,
             // Off loopback the REST API takes the cluster secret as its bearer token.
-            cluster.config.secret.clone().filter(|_| !cluster.config.http_bind.ip().is_loopback()),
+            cluster.config.trust.secret.clone().filter(|_| !cluster.config.http_bind.ip().is_loopback()),
         )?;
         let accepting = cluster.clone();
         std::thread::Builder::new()
@@ -227,14 +228,14 @@ fn accept_loop(cluster: Arc<Cluster>, listener: TcpListener) {
     }
 }
 
-fn on_connection(cluster: &Arc<Cluster>, mut stream: TcpStream) -> std::io::Result<()> {
-    crate::cluster::auth::accept(&mut stream, cluster.config.secret.as_ref())?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let hello: Hello = read_frame(&mut stream)?;
-    stream.set_read_timeout(None)?;
+fn on_connection(cluster: &Arc<Cluster>, stream: TcpStream) -> std::io::Result<()> {
+    let mut conn = cluster.config.trust.accept(stream)?;
+    conn.socket().set_read_timeout(Some(Duration::from_secs(10)))?;
+    let hello: Hello = read_frame(&mut conn.reader)?;
+    conn.socket().set_read_timeout(None)?;
     match hello {
         Hello::Executor { executor_id } => {
-            let link = Link::start(stream, &executor_id)?;
+            let link = Link::start(conn, &executor_id)?;
             let sender = link.sender.clone();
             if !cluster.tms.route(&executor_id, ExecutorEvent::Connected(link)) {
                 tracing::warn!(
@@ -245,7 +246,7 @@ fn on_connection(cluster: &Arc<Cluster>, mut stream: TcpStream) -> std::io::Resu
             Ok(())
         }
         Hello::TaskManager { name, slots, location } => {
-            let link: Link<FromTaskManager> = Link::start(stream, &name)?;
+            let link: Link<FromTaskManager> = Link::start(conn, &name)?;
             serve_task_manager(cluster, link, &name, slots, &location);
             Ok(())
         }
