@@ -6,14 +6,9 @@
 #   cargo build --release -p caudal-engine -p caudal-jobs -p caudal-benches --bin caudal --bin temperature --bin big_state_job
 #   benches/cluster.sh [RECORDS]          # default 5,000,000; CAUDAL_BIN_DIR=target/release
 set -euo pipefail
-BIN=${CAUDAL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 N=${1:-5000000}
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ARGS=(--records "$N" --rate 0 --sink discard --checkpoint-interval 5 --no-ui --progress-secs 0 --sensors 100 --splits 8)
+# shellcheck source=benches/cluster_env.sh
+source "$(dirname "$0")/cluster_env.sh"
 secs() { grep -o 'finished in [0-9.]*s' "$1" | tail -1 | grep -o '[0-9.]*'; }
 
 "$BIN/temperature" "${ARGS[@]}" --parallelism 2 --checkpoint-dir "$WORK/ckpt-embedded" 2> "$WORK/embedded.log" >/dev/null

@@ -8,15 +8,10 @@
 #   cargo build --release -p caudal-engine -p caudal-jobs --bin caudal --bin temperature
 #   benches/cluster_tls.sh [RECORDS] [ROUNDS]   # default 5,000,000 records, 2 rounds each
 set -euo pipefail
-BIN=${CAUDAL_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 N=${1:-5000000}
 ROUNDS=${2:-2}
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ARGS=(--records "$N" --rate 0 --sink discard --checkpoint-interval 5 --no-ui --progress-secs 0 --sensors 100 --splits 8)
+# shellcheck source=benches/cluster_env.sh
+source "$(dirname "$0")/cluster_env.sh"
 "$BIN/caudal" certs --out "$WORK/certs" --name jobmanager --name a --name b >/dev/null
 
 # cluster MODE ROUND: starts a job manager and task managers a, b; runs the job; prints seconds.

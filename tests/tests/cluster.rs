@@ -49,19 +49,6 @@ fn slow_job_args(out: &Path) -> Vec<String> {
     args
 }
 
-/// Published output: every `*.jsonl` line of `dir/<folder>`, sorted.
-fn published(dir: &Path, folder: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == "jsonl") {
-            lines.extend(std::fs::read_to_string(&p).unwrap().lines().map(str::to_string));
-        }
-    }
-    lines.sort();
-    lines
-}
-
 /// What the job publishes, computed from the generator's model (`jobs/tests/common/oracle.rs`,
 /// no engine code): (windows, readings), each sorted. The flags of [`job_args`].
 fn expected() -> &'static (Vec<String>, Vec<String>) {

@@ -28,22 +28,7 @@ fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
 
 /// A bounded run of ~6 s (the generator throttled) with the file sink.
 fn job_args(out: &Path) -> Vec<String> {
-    let mut args: Vec<String> = oracle::RUN_ARGS.iter().chain(&["--no-ui"]).map(|s| s.to_string()).collect();
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "50".into();
-    args.extend(["--output".into(), out.display().to_string()]);
-    args
-}
-
-fn published(dir: &Path, folder: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
-        if e.path().extension().is_some_and(|x| x == "jsonl") {
-            lines.extend(std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string));
-        }
-    }
-    lines.sort();
-    lines
+    throttled_args(&oracle::RUN_ARGS, 50, out)
 }
 
 #[test]

@@ -35,17 +35,6 @@ fn tls_env(dir: &Path, name: &str, ca: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn published(dir: &Path, folder: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
-        if e.path().extension().is_some_and(|x| x == "jsonl") {
-            lines.extend(std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string));
-        }
-    }
-    lines.sort();
-    lines
-}
-
 #[test]
 fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_certificate_are_refused() {
     let keys = tempfile::tempdir().unwrap();
@@ -63,10 +52,7 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
     c.wait_for_task_managers(2);
     // One slot each: a job at parallelism 2 spans both, its key_by shuffle crosses processes.
     let out = c.dir.path().join("out");
-    let mut args: Vec<String> = oracle::RUN_ARGS.iter().chain(&["--no-ui"]).map(|s| s.to_string()).collect();
-    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
-    args[rate] = "50".into(); // ~6 s, so the intruders come while it runs
-    args.extend(["--output".into(), out.display().to_string()]);
+    let args = throttled_args(&oracle::RUN_ARGS, 50, &out); // ~6 s, so the intruders come while it runs
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {

@@ -322,7 +322,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let accepting = std::thread::spawn(move || server.accept(listener.accept().unwrap().0));
-        let connected = client.connect(TcpStream::connect(addr).unwrap());
+        let mut connected = client.connect(TcpStream::connect(addr).unwrap());
+        // Say something, as a task manager's hello would: a server waiting for TLS sees it at once.
+        if let Ok(c) = connected.as_mut() {
+            let _ = c.writer.write_all(b"hello\n");
+        }
         (accepting.join().unwrap(), connected)
     }
 

@@ -326,3 +326,26 @@ pub fn status(job: &Value) -> &str {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
+
+/// Published output: every `*.jsonl` line of `dir/<folder>`, sorted.
+pub fn published(dir: &Path, folder: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(dir.join(folder)).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "jsonl") {
+            lines.extend(std::fs::read_to_string(&p).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// `run_args` (the oracle's flags) without the UI, the generator throttled to `rate` records/s,
+/// output into `out`.
+pub fn throttled_args(run_args: &[&str], rate: u32, out: &Path) -> Vec<String> {
+    let mut args: Vec<String> = run_args.iter().chain(&["--no-ui"]).map(|s| s.to_string()).collect();
+    let at = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[at] = rate.to_string();
+    args.extend(["--output".into(), out.display().to_string()]);
+    args
+}
