@@ -358,6 +358,9 @@ mod tests {
         let mut got = Vec::new();
         client.reader.read_to_end(&mut got).unwrap();
         assert!(got == expected, "the client read {} bytes, not the 4 MiB sent", got.len());
+        let mut hello = [0u8; 6];
+        server.reader.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello, b"hello\n", "what `pair` says first");
         let mut back = vec![0u8; payload.len()];
         server.reader.read_exact(&mut back).unwrap();
         assert!(back == expected, "the server read other bytes than the client sent");
