@@ -390,6 +390,12 @@ registry_prepare() {
 # the registration's handle): with 16 connections, a burst of concurrent registrations
 # (every sink subtask of the test jobs registers at start) held all of them and waited for
 # more — minutes of HTTP 500 "acquisition timeout". 64 is more than twice its worker threads.
+# H2 in memory, with a lock timeout of a minute: on the file database, a burst of
+# registrations on 2 busy cores held the id sequence's row lock past H2's timeout; the
+# timed-out registrations then left the sequence behind the content table (duplicate content
+# ids) and the registry answered 500 to every later registration (CI saw every Kafka test fail
+# so). In memory the transactions are short; the stack's schemas are the tests' own, made
+# again by each run, so nothing needs to outlive a registry restart.
 registry_launch() {
   local d="$STACK/registry" java
   java=$(java_bin)
@@ -399,7 +405,7 @@ registry_launch() {
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.banner.enabled=false -DLOG_LEVEL=WARN -DREGISTRY_LOG_LEVEL=WARN \
     -Dregistry.ccompat.max-subjects=1000000 \
-    -DREGISTRY_DATASOURCE_URL="jdbc:h2:file:$d/db/registry" \
+    -DREGISTRY_DATASOURCE_URL="jdbc:h2:mem:registry;DB_CLOSE_DELAY=-1;LOCK_TIMEOUT=60000" \
     -Dquarkus.datasource.jdbc.initial-size=1 -Dquarkus.datasource.jdbc.min-size=1 \
     -Dquarkus.datasource.jdbc.max-size=64 -Dquarkus.datasource.jdbc.acquisition-timeout=30S \
     -jar "$REGISTRY_HOME/app/registry-runner.jar" >"$d/registry.pid"
