@@ -418,16 +418,24 @@ registry_post_start() {
   curl -sf -o /dev/null -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
     --data '{"compatibility":"BACKWARD"}' "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/config" \
     || warn "could not set the registry's global compatibility to BACKWARD"
-  # One registration before any test's: Apicurio's H2 storage creates its id sequences on
+  # Registrations before any test's: Apicurio's H2 storage creates its id sequences on
   # first use, and two registrations racing on a fresh database took the same content id
   # (a primary-key violation) and left a table lock that wedged the registry for good (CI saw
-  # every Kafka test fail so). The subject is deleted again; the sequences stay.
-  local base="http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects/caudal-stack-warmup-value"
-  curl -sf -o /dev/null -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
-    --data '{"schema":"\"string\""}' "$base/versions" \
-    || warn "could not register the registry's warm-up schema"
-  curl -sf -o /dev/null -X DELETE "$base" && curl -sf -o /dev/null -X DELETE "$base?permanent=true" \
-    || warn "could not delete the registry's warm-up subject"
+  # every Kafka test fail so). Thirty of them, one at a time, so its code paths are loaded
+  # and compiled before the tests' first burst too (a cold registry held row locks long
+  # enough for that burst to time out). The subjects are deleted again; the sequences stay.
+  local subjects="http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects" i
+  for i in $(seq 1 30); do
+    curl -sf -o /dev/null -m 30 -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
+      --data "{\"schema\":\"{\\\"type\\\":\\\"record\\\",\\\"name\\\":\\\"W$i\\\",\\\"fields\\\":[]}\"}" \
+      "$subjects/caudal-stack-warmup-$i-value/versions" \
+      || { warn "could not register the registry's warm-up schema $i"; break; }
+  done
+  for i in $(seq 1 30); do
+    curl -sf -o /dev/null -X DELETE "$subjects/caudal-stack-warmup-$i-value" \
+      && curl -sf -o /dev/null -X DELETE "$subjects/caudal-stack-warmup-$i-value?permanent=true" \
+      || { warn "could not delete the registry's warm-up subject $i"; break; }
+  done
 }
 
 # ---------------------------------------------------------------------------------------------
