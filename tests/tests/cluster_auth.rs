@@ -53,23 +53,10 @@ fn with_a_cluster_secret_the_job_runs_and_a_task_manager_without_it_is_refused()
     // Intruders: another secret, and none at all.
     c.start_taskmanager_with_env("intruder", 4, &[("CAUDAL_CLUSTER_SECRET_FILE", wrong.as_str())]);
     c.start_taskmanager_with_env("anonymous", 4, &[("CAUDAL_CLUSTER_SECRET_FILE", "")]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let refusals = |c: &Cluster| c.logs().matches("control connection refused").count();
-    while refusals(&c) < 2 {
-        assert!(Instant::now() < deadline, "the intruders were not refused:{}", c.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let info = c.get("/api/v1/cluster").unwrap();
-    let names: Vec<&str> =
-        info["task_managers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(!names.contains(&"intruder") && !names.contains(&"anonymous"), "{names:?}");
+    assert_refused(&c, &["intruder", "anonymous"]);
     assert!(c.logs().contains("refused this process's cluster secret"), "the intruder says why:{}", c.logs());
 
-    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
-    assert_eq!(done["restarts"], 0, "the intruders disturbed nothing: {done:#}");
-    let (windows, readings) = oracle::expected(&oracle::Model::RUN);
-    assert!(published(&out, "readings") == readings, "readings differ from what the input implies");
-    assert!(published(&out, "windows") == windows, "windows differ from what the input implies");
+    assert_finished_exactly(&c, &out, &oracle::expected(&oracle::Model::RUN));
 }
 
 #[test]

@@ -12,7 +12,6 @@ mod oracle;
 use cluster_support::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 /// `caudal certs --out DIR --name …`, checked.
 fn certs(dir: &Path, names: &[&str]) {
@@ -43,9 +42,8 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
     certs(&rogue, &["intruder"]);
     let ca = ours.join("ca.pem");
     let mut c = Cluster::start_with(&[], None, &tls_env(&ours, "jobmanager", &ca));
-    let as_env = |v: &[(&'static str, String)]| v.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
     for tm in ["tm-1", "tm-2"] {
-        let env = as_env(&tls_env(&ours, tm, &ca));
+        let env = tls_env(&ours, tm, &ca);
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         c.start_taskmanager_with_env(tm, 1, &env);
     }
@@ -61,7 +59,7 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
     assert_eq!(running["task_managers"].as_array().unwrap().len(), 2, "{running:#}");
 
     // Intruders: a certificate from another CA, and no TLS at all.
-    let intruder = as_env(&tls_env(&rogue, "intruder", &rogue.join("ca.pem")));
+    let intruder = tls_env(&rogue, "intruder", &rogue.join("ca.pem"));
     let intruder: Vec<(&str, &str)> = intruder.iter().map(|(k, v)| (*k, v.as_str())).collect();
     c.start_taskmanager_with_env("intruder", 4, &intruder);
     c.start_taskmanager_with_env(
@@ -69,23 +67,10 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
         4,
         &[("CAUDAL_TLS_CERT", ""), ("CAUDAL_TLS_KEY", ""), ("CAUDAL_TLS_CA", "")],
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let refusals = |c: &Cluster| c.logs().matches("control connection refused").count();
-    while refusals(&c) < 2 {
-        assert!(Instant::now() < deadline, "the intruders were not refused:{}", c.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert_refused(&c, &["intruder", "plain"]);
     assert!(c.logs().contains("TLS handshake failed"), "the refusal names TLS:{}", c.logs());
-    let info = c.get("/api/v1/cluster").unwrap();
-    let names: Vec<&str> =
-        info["task_managers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(!names.contains(&"intruder") && !names.contains(&"plain"), "{names:?}");
 
-    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
-    assert_eq!(done["restarts"], 0, "the intruders disturbed nothing: {done:#}");
-    let (windows, readings) = oracle::expected(&oracle::Model::RUN);
-    assert!(published(&out, "readings") == readings, "readings differ from what the input implies");
-    assert!(published(&out, "windows") == windows, "windows differ from what the input implies");
+    assert_finished_exactly(&c, &out, &oracle::expected(&oracle::Model::RUN));
 }
 
 #[test]

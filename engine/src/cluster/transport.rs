@@ -277,12 +277,9 @@ impl Read for TlsReader {
                     let before = rest.len();
                     session.read_tls(&mut rest)?;
                     self.pending.start += before - rest.len();
-                    let state = session
+                    session
                         .process_new_packets()
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    if state.peer_has_closed() && state.plaintext_bytes_to_read() == 0 {
-                        return Ok(0);
-                    }
                     session.wants_write()
                 }
             };

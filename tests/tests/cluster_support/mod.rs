@@ -349,3 +349,27 @@ pub fn throttled_args(run_args: &[&str], rate: u32, out: &Path) -> Vec<String> {
     args.extend(["--output".into(), out.display().to_string()]);
     args
 }
+
+/// Waits (up to 20 s) until the job manager has refused the control connections of the
+/// task managers `intruders`, then checks that none of them registered.
+pub fn assert_refused(c: &Cluster, intruders: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.logs().matches("control connection refused").count() < intruders.len() {
+        assert!(Instant::now() < deadline, "the intruders were not refused:{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info = c.get("/api/v1/cluster").unwrap();
+    let names: Vec<&str> =
+        info["task_managers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(intruders.iter().all(|i| !names.contains(i)), "{names:?}");
+}
+
+/// Waits for the temperature job to finish without a restart, then compares what it
+/// published in `out` with `expected` (windows, readings), computed without the engine.
+pub fn assert_finished_exactly(c: &Cluster, out: &Path, expected: &(Vec<String>, Vec<String>)) {
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert_eq!(done["restarts"], 0, "the intruders disturbed nothing: {done:#}");
+    let (windows, readings) = expected;
+    assert!(published(out, "readings") == *readings, "readings differ from what the input implies");
+    assert!(published(out, "windows") == *windows, "windows differ from what the input implies");
+}
