@@ -32,6 +32,8 @@ S3_BUCKET=${CAUDAL_S3_BUCKET:-caudal}
 KAFKA_VERSION=${CAUDAL_KAFKA_VERSION:-4.1.1}
 KAFKA_HEAP=${CAUDAL_KAFKA_HEAP:-512m}
 APICURIO_VERSION=2.4.2.Final                  # must match scripts/registry/pom.xml
+REGISTRY_DB_KIND=postgresql                   # Apicurio's storage (see registry_launch)
+REGISTRY_DATABASE=registry                    # its database in the stack's PostgreSQL
 KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
 REGISTRY_HOME=$CACHE/apicurio-registry-$APICURIO_VERSION
 M2=$CACHE/m2
@@ -372,12 +374,14 @@ kafka3_ready() { kafka_node_ready 3; }
 
 registry_prepare() {
   local app="$REGISTRY_HOME/app" want
-  want=$(src_hash "$SCRIPTS_DIR/registry")
+  want="$(src_hash "$SCRIPTS_DIR/registry")-$REGISTRY_DB_KIND"
   if [[ -f $app/registry-runner.jar && $(cat "$REGISTRY_HOME/.stamp" 2>/dev/null) == "$want" ]]; then
     return 0
   fi
   info "assembling Apicurio Registry $APICURIO_VERSION from Maven Central into $app"
-  mvn_build "$SCRIPTS_DIR/registry" "$REGISTRY_HOME/build" "$REGISTRY_HOME/build.log"
+  # The datasource kind is fixed when Quarkus builds the app (see scripts/registry/pom.xml).
+  mvn_build "$SCRIPTS_DIR/registry" "$REGISTRY_HOME/build" "$REGISTRY_HOME/build.log" \
+    "-D%prod.quarkus.datasource.db-kind=$REGISTRY_DB_KIND"
   local t="$REGISTRY_HOME/build/target"
   [[ -f $t/caudal-apicurio-registry-1-runner.jar ]] || die "registry runner jar missing after the build"
   rm -rf "$app"; mkdir -p "$app"
@@ -390,25 +394,43 @@ registry_prepare() {
 # the registration's handle): with 16 connections, a burst of concurrent registrations
 # (every sink subtask of the test jobs registers at start) held all of them and waited for
 # more — minutes of HTTP 500 "acquisition timeout". 64 is more than twice its worker threads.
-# H2 in memory, with a lock timeout of a minute: on the file database, a burst of
-# registrations on 2 busy cores held the id sequence's row lock past H2's timeout; the
-# timed-out registrations then left the sequence behind the content table (duplicate content
-# ids) and the registry answered 500 to every later registration (CI saw every Kafka test fail
-# so). In memory the transactions are short; the stack's schemas are the tests' own, made
-# again by each run, so nothing needs to outlive a registry restart.
+#
+# Its storage is the database `registry` of the stack's PostgreSQL, made empty at each start
+# (the stack's schemas are the tests' own, made again by each run). Not H2: Apicurio's H2
+# statements take the next content id with an UPDATE and a SELECT, and two concurrent
+# registrations got the same id — a primary-key violation after which the registry answered
+# 500 or nothing to every registration (CI saw the Kafka tests fail so, on a file database
+# and in memory alike). Its PostgreSQL statements take it atomically.
 registry_launch() {
-  local d="$STACK/registry" java
+  local d="$STACK/registry" java pg
   java=$(java_bin)
-  mkdir -p "$d/db"
+  pg=$(running_port postgres)
+  registry_fresh_database "$pg"
   launch "$d/registry.log" "$java" -Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dcaudal.stack="$STACK" \
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.banner.enabled=false -DLOG_LEVEL=WARN -DREGISTRY_LOG_LEVEL=WARN \
     -Dregistry.ccompat.max-subjects=1000000 \
-    -DREGISTRY_DATASOURCE_URL="jdbc:h2:mem:registry;DB_CLOSE_DELAY=-1;LOCK_TIMEOUT=60000" \
+    "-D%prod.quarkus.datasource.db-kind=$REGISTRY_DB_KIND" \
+    -DREGISTRY_DATASOURCE_URL="jdbc:postgresql://$HOST:$pg/$REGISTRY_DATABASE" \
+    -DREGISTRY_DATASOURCE_USERNAME=caudal -DREGISTRY_DATASOURCE_PASSWORD=unused \
     -Dquarkus.datasource.jdbc.initial-size=1 -Dquarkus.datasource.jdbc.min-size=1 \
     -Dquarkus.datasource.jdbc.max-size=64 -Dquarkus.datasource.jdbc.acquisition-timeout=30S \
     -jar "$REGISTRY_HOME/app/registry-runner.jar" >"$d/registry.pid"
+}
+
+# Drops and creates the registry's database; waits for PostgreSQL first (the services are
+# launched together, and PostgreSQL may still be starting).
+registry_fresh_database() { # PORT
+  local port=$1 deadline=$((SECONDS + TIMEOUT))
+  until POSTGRES_PORT=$port postgres_ready; do
+    ((SECONDS < deadline)) || die "registry: its storage, postgres, is not up after ${TIMEOUT}s (scripts/services.sh start postgres registry)"
+    sleep 0.5
+  done
+  psql -X -q -h "$HOST" -p "$port" -U caudal -d postgres \
+    -c "DROP DATABASE IF EXISTS $REGISTRY_DATABASE WITH (FORCE)" \
+    -c "CREATE DATABASE $REGISTRY_DATABASE" >/dev/null \
+    || die "registry: could not make its database $REGISTRY_DATABASE in postgres"
 }
 
 registry_ready() { curl -sf -o /dev/null "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects"; }
@@ -418,12 +440,9 @@ registry_post_start() {
   curl -sf -o /dev/null -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
     --data '{"compatibility":"BACKWARD"}' "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/config" \
     || warn "could not set the registry's global compatibility to BACKWARD"
-  # Registrations before any test's: Apicurio's H2 storage creates its id sequences on
-  # first use, and two registrations racing on a fresh database took the same content id
-  # (a primary-key violation) and left a table lock that wedged the registry for good (CI saw
-  # every Kafka test fail so). Thirty of them, one at a time, so its code paths are loaded
-  # and compiled before the tests' first burst too (a cold registry held row locks long
-  # enough for that burst to time out). The subjects are deleted again; the sequences stay.
+  # Thirty registrations one at a time before any test's, so the registry's code paths are
+  # loaded and compiled before the tests' first burst (on 2 busy cores a cold registry was
+  # slow enough for that burst to time out). The subjects are deleted again.
   local subjects="http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects" i
   for i in $(seq 1 30); do
     curl -sf -o /dev/null -m 30 -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
