@@ -73,12 +73,7 @@ fn off_loopback_the_rest_api_needs_the_secret_and_an_unauthenticated_submit_runs
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
+    let agent = http_agent();
     let url = format!("http://127.0.0.1:{http}/api/v1/cluster");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {

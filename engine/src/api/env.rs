@@ -186,7 +186,7 @@ impl StreamEnv {
                 std::process::exit(0);
             }
             crate::cluster::role::ClusterRole::Executor(settings) => {
-                return crate::cluster::executor::run(self.into_parts(), job_name, settings);
+                return crate::cluster::executor::run(self.into_parts(), job_name, *settings);
             }
         }
         crate::run::local::execute(self.into_parts(), job_name)

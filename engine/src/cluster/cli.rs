@@ -218,7 +218,7 @@ pub fn main() -> ExitCode {
 }
 
 fn run(command: Commands, trust: ClusterTrust) -> Result<ExitCode> {
-    let client = |url: &str| JobManagerClient::new(url, trust.secret.as_ref());
+    let client = |url: &str| JobManagerClient::new(url, &trust);
     match command {
         Commands::Jobmanager {
             bind,

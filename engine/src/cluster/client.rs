@@ -10,7 +10,7 @@ use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
-/// The job manager at `base` (`http://host:port`).
+/// The job manager at `base` (`http://host:port`, or `https://` when it has TLS).
 #[derive(Debug, Clone)]
 pub(crate) struct JobManagerClient {
     base: String,
@@ -18,18 +18,44 @@ pub(crate) struct JobManagerClient {
 }
 
 impl JobManagerClient {
-    /// A client of `url`; with `secret`, every request carries it as the bearer token.
-    pub(crate) fn new(url: &str, secret: Option<&super::auth::ClusterSecret>) -> Result<Self> {
-        let base = url.trim().trim_end_matches('/').to_string();
-        if !base.starts_with("http://") {
-            return Err(Error::config("--jobmanager", format!("expected http://HOST:PORT, got `{url}`")));
+    /// A client of `url` with this process's `trust`: every request carries its secret as
+    /// the bearer token; with TLS it speaks HTTPS (also to an `http://` URL), trusts only the
+    /// cluster's CA and presents this process's certificate (which lets it in off loopback
+    /// without the secret).
+    pub(crate) fn new(url: &str, trust: &super::transport::ClusterTrust) -> Result<Self> {
+        let mut base = url.trim().trim_end_matches('/').to_string();
+        if !base.starts_with("https://") && !base.starts_with("http://") {
+            return Err(Error::config(
+                "--jobmanager",
+                format!("expected http://HOST:PORT or https://HOST:PORT, got `{url}`"),
+            ));
+        }
+        // A job manager with TLS serves only HTTPS: with the cluster's certificates an
+        // http:// URL (such as the default) means the same job manager over https://.
+        if trust.tls.is_some() {
+            if let Some(rest) = base.strip_prefix("http://") {
+                base = format!("https://{rest}");
+            }
         }
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(120)));
-        if let Some(secret) = secret {
+        match &trust.tls {
+            Some(tls) => config = config.tls_config(tls.https_client()?),
+            None if base.starts_with("https://") => {
+                return Err(Error::config(
+                    "--tls-ca",
+                    format!(
+                        "`{url}`: HTTPS to a job manager needs the cluster's certificates \
+                         (--tls-cert, --tls-key, --tls-ca): its CA is the only one trusted"
+                    ),
+                ))
+            }
+            None => {}
+        }
+        if let Some(secret) = &trust.secret {
             let value = format!("Bearer {}", secret.bearer());
             config = config.middleware(
                 move |mut req: ureq::http::Request<ureq::SendBody>,
@@ -47,7 +73,7 @@ impl JobManagerClient {
 
     /// `host` of the base URL (task managers connect to its control port there).
     pub(crate) fn host(&self) -> &str {
-        let rest = self.base.trim_start_matches("http://");
+        let rest = self.base.trim_start_matches("https://").trim_start_matches("http://");
         let authority = rest.split('/').next().unwrap_or(rest);
         match authority.rsplit_once(':') {
             Some((h, _)) => h,
@@ -65,7 +91,8 @@ impl JobManagerClient {
     fn unauthorized(&self) -> Error {
         Error::Cluster(format!(
             "the job manager at {} answered 401 Unauthorized: it listens off loopback and needs the cluster \
-             secret as a bearer token (--secret-file FILE or CAUDAL_CLUSTER_SECRET_FILE)",
+             secret as a bearer token (--secret-file FILE or CAUDAL_CLUSTER_SECRET_FILE) or, over https://, \
+             a certificate of the cluster's CA (--tls-cert, --tls-key, --tls-ca)",
             self.base
         ))
     }

@@ -24,7 +24,7 @@ pub(crate) enum ClusterRole {
     /// Print the plan and exit.
     PrintPlan { parallelism: Option<u32> },
     /// Run the subtasks the job manager deploys.
-    Executor(ExecutorSettings),
+    Executor(Box<ExecutorSettings>),
 }
 
 /// How an executor reaches its job manager.
@@ -66,12 +66,12 @@ impl ClusterRole {
             })?;
             let watch_stdin = var("CAUDAL__EXECUTOR_WATCH_STDIN").is_some_and(|v| v != "0");
             let trust = super::transport::ClusterTrust::from_env()?;
-            return Ok(ClusterRole::Executor(ExecutorSettings {
+            return Ok(ClusterRole::Executor(Box::new(ExecutorSettings {
                 jobmanager,
                 executor_id,
                 watch_stdin,
                 trust,
-            }));
+            })));
         }
         Ok(ClusterRole::Embedded)
     }

@@ -76,7 +76,7 @@ pub fn run(config: TaskManagerConfig) -> Result<()> {
     if config.slots == 0 {
         return Err(Error::config("--slots", "must be at least 1"));
     }
-    let client = JobManagerClient::new(&config.jobmanager, config.trust.secret.as_ref())?;
+    let client = JobManagerClient::new(&config.jobmanager, &config.trust)?;
     let blobs = BlobStore::open(&config.data_dir.join("blobs"))?;
     let mut announced = String::new();
     loop {

@@ -11,6 +11,12 @@
 //! in Flink's internal TLS): processes reach each other by addresses a certificate made
 //! before the cluster started cannot know. So give the cluster a CA of its own
 //! (`caudal certs` makes one), never a public one.
+//!
+//! The same identity serves the job manager's REST API and UI over HTTPS
+//! ([`ClusterTls::https_server`]: a client certificate is asked for, not required) and is
+//! what `caudal` commands and task managers present to it ([`ClusterTls::https_client`]:
+//! there the job manager's name *is* checked, as any HTTPS client does — give its
+//! certificate the names users type, `caudal certs --host`).
 
 use crate::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -50,6 +56,11 @@ pub struct TlsFiles {
 pub struct ClusterTls {
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
+    https: Arc<ServerConfig>,
+    /// This process's chain and key, and the CA, for the HTTPS client (ureq's own types).
+    chain: Vec<CertificateDer<'static>>,
+    key_pem: Arc<[u8]>,
+    ca: Vec<CertificateDer<'static>>,
     files: TlsFiles,
 }
 
@@ -72,11 +83,15 @@ impl ClusterTls {
     pub fn from_files(files: TlsFiles) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let chain = certificates(&files.cert, "--tls-cert")?;
-        let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        let key_pem: Arc<[u8]> = std::fs::read(&files.key)
+            .map_err(|e| Error::config("--tls-key", format!("cannot read {}: {e}", files.key.display())))?
+            .into();
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
             Error::config("--tls-key", format!("no private key in {}: {e}", files.key.display()))
         })?;
         let mut roots = RootCertStore::empty();
-        for ca in certificates(&files.ca, "--tls-ca")? {
+        let ca = certificates(&files.ca, "--tls-ca")?;
+        for ca in ca.iter().cloned() {
             roots.add(ca).map_err(|e| {
                 Error::config(
                     "--tls-ca",
@@ -102,6 +117,19 @@ impl ClusterTls {
             })?;
         // Connections are long-lived and never resumed: no tickets to send after the handshake.
         server.send_tls13_tickets = 0;
+        // HTTPS: browsers and curl come without a client certificate (they sign in with the
+        // secret); one that comes with a certificate must have the cluster's CA's.
+        let optional_client = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| bad("--tls-ca", &e))?;
+        let mut https = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| bad("--tls-cert", &e))?
+            .with_client_cert_verifier(optional_client)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(|e| bad("--tls-key", &e))?;
+        https.alpn_protocols = vec![b"http/1.1".to_vec()];
         let verifier =
             Arc::new(SignedByClusterCa { roots, algorithms: provider.signature_verification_algorithms });
         let client = ClientConfig::builder_with_provider(provider)
@@ -109,9 +137,17 @@ impl ClusterTls {
             .map_err(|e| bad("--tls-cert", &e))?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(chain, key)
+            .with_client_auth_cert(chain.clone(), key.clone_key())
             .map_err(|e| bad("--tls-key", &e))?;
-        Ok(ClusterTls { client: Arc::new(client), server: Arc::new(server), files })
+        Ok(ClusterTls {
+            client: Arc::new(client),
+            server: Arc::new(server),
+            https: Arc::new(https),
+            chain,
+            key_pem,
+            ca,
+            files,
+        })
     }
 
     /// The identity from the three flags: all of them, or none (no TLS).
@@ -172,6 +208,29 @@ impl ClusterTls {
     /// A server connection, before its handshake.
     pub(crate) fn server(&self) -> io::Result<ServerConnection> {
         ServerConnection::new(self.server.clone()).map_err(io::Error::other)
+    }
+
+    /// The REST API's and UI's HTTPS: this process's certificate; clients may present one of
+    /// the cluster's CA (then they need no bearer token off loopback), or none.
+    pub(crate) fn https_server(&self) -> Arc<ServerConfig> {
+        self.https.clone()
+    }
+
+    /// An HTTPS client of a job manager: trusts only the cluster's CA (checking the server's
+    /// name, as HTTPS does) and presents this process's certificate.
+    pub(crate) fn https_client(&self) -> Result<ureq::tls::TlsConfig> {
+        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+        let owned = |c: &CertificateDer<'_>| Certificate::from_der(c.as_ref()).to_owned();
+        let key = PrivateKey::from_pem(&self.key_pem).map_err(|e| {
+            Error::config("--tls-key", format!("no private key in {}: {e}", self.files.key.display()))
+        })?;
+        let chain: Vec<Certificate<'static>> = self.chain.iter().map(owned).collect();
+        Ok(TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .root_certs(RootCerts::Specific(Arc::new(self.ca.iter().map(owned).collect())))
+            .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .build())
     }
 }
 

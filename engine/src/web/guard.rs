@@ -11,11 +11,12 @@
 //!   grants; and when it comes from a browser (`Origin`, `Sec-Fetch-Site`), the origin must be
 //!   this server's own. So neither a form post nor a `fetch` of another page stops a job.
 //!
-//! * **Off loopback** (a job manager with a cluster secret on another interface): every
-//!   request needs `Authorization: Bearer <secret>` or the web UI's session cookie. A browser
-//!   that has neither is shown a sign-in page (the 401's body, nothing else), which posts
-//!   the secret to `POST /api/v1/login`; that sets `caudal_session` (HttpOnly,
-//!   SameSite=Strict; an HMAC of the secret, so the server keeps no sessions).
+//! * **Off loopback** (a job manager on another interface, with a cluster secret or TLS):
+//!   every request needs `Authorization: Bearer <secret>`, the web UI's session cookie, or —
+//!   over HTTPS — a client certificate the cluster's CA signed (see `tls.rs`). A browser that
+//!   has none is shown a sign-in page (the 401's body, nothing else), which posts the secret
+//!   to `POST /api/v1/login`; that sets `caudal_session` (HttpOnly, SameSite=Strict; an HMAC
+//!   of the secret, so the server keeps no sessions).
 //!
 //! Clients that are not browsers (curl, `caudal`, scripts) send no `Origin` and are not
 //! affected beyond the content type.
@@ -27,18 +28,26 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-/// The hosts a server answers to besides IP addresses and `localhost`.
+/// The hosts a server answers to besides IP addresses and `localhost`, and who may use it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Guard {
     allowed_hosts: Vec<String>,
-    /// When set (a job manager listening off loopback), every request must carry
-    /// `Authorization: Bearer <the cluster secret>`.
-    bearer: Option<crate::cluster::auth::ClusterSecret>,
+    /// When set (a job manager listening off loopback), every request must prove it.
+    access: Option<Access>,
+}
+
+/// What a request may prove to be let in (a job manager off loopback).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Access {
+    /// `Authorization: Bearer <the cluster secret>`, or the UI's session cookie.
+    pub(crate) secret: Option<crate::cluster::auth::ClusterSecret>,
+    /// A TLS client certificate the cluster's CA signed (the server speaks HTTPS).
+    pub(crate) client_certificate: bool,
 }
 
 impl Guard {
-    pub(crate) fn new(allowed_hosts: &[String], bearer: Option<crate::cluster::auth::ClusterSecret>) -> Self {
-        Guard { allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(), bearer }
+    pub(crate) fn new(allowed_hosts: &[String], access: Option<Access>) -> Self {
+        Guard { allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(), access }
     }
 
     /// Why `host` (a `Host` header's value, `name[:port]`) is refused, if it is.
@@ -60,16 +69,30 @@ impl Guard {
     fn check(&self, req: &Request) -> Option<(StatusCode, String)> {
         let headers = req.headers();
         let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-        if let Some(secret) = &self.bearer {
-            let signed_in = text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h))
-                || text(header::COOKIE).is_some_and(|c| secret.accepts_ui_session(c));
-            if !signed_in && !is_login(req) {
+        if let Some(access) = &self.access {
+            let by_secret = access.secret.as_ref().is_some_and(|secret| {
+                text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h))
+                    || text(header::COOKIE).is_some_and(|c| secret.accepts_ui_session(c))
+            });
+            let by_certificate = access.client_certificate
+                && req
+                    .extensions()
+                    .get::<axum::extract::ConnectInfo<super::tls::Peer>>()
+                    .is_some_and(|peer| peer.0.member);
+            let may_sign_in = access.secret.is_some() && is_login(req);
+            if !by_secret && !by_certificate && !may_sign_in {
+                let ways = match (&access.secret, access.client_certificate) {
+                    (Some(_), true) => "`Authorization: Bearer <the cluster secret>` (caudal commands: \
+                                        --secret-file or CAUDAL_CLUSTER_SECRET_FILE), a signed-in web UI, or a \
+                                        TLS client certificate of the cluster's CA (--tls-cert)",
+                    (Some(_), false) => "`Authorization: Bearer <the cluster secret>` (caudal commands: \
+                                         --secret-file or CAUDAL_CLUSTER_SECRET_FILE) or a signed-in web UI",
+                    (None, _) => "a TLS client certificate of the cluster's CA (caudal commands: --tls-cert, \
+                                  --tls-key, --tls-ca)",
+                };
                 return Some((
                     StatusCode::UNAUTHORIZED,
-                    "this job manager listens off loopback: every request needs `Authorization: Bearer <the \
-                     cluster secret>` (caudal commands: --secret-file or CAUDAL_CLUSTER_SECRET_FILE) or a \
-                     signed-in web UI"
-                        .to_string(),
+                    format!("this job manager listens off loopback: every request needs {ways}"),
                 ));
             }
         }
@@ -142,11 +165,13 @@ const LOGIN_PATH: &str = "/api/v1/login";
 /// The middleware.
 pub(crate) async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     match guard.check(&req) {
-        Some((StatusCode::UNAUTHORIZED, _)) if wants_html(&req) => {
+        Some((StatusCode::UNAUTHORIZED, _))
+            if wants_html(&req) && guard.access.as_ref().is_some_and(|a| a.secret.is_some()) =>
+        {
             (StatusCode::UNAUTHORIZED, Html(SIGN_IN_PAGE)).into_response()
         }
         Some((status, message)) => (status, Json(serde_json::json!({ "error": message }))).into_response(),
-        None => match &guard.bearer {
+        None => match guard.access.as_ref().and_then(|a| a.secret.as_ref()) {
             Some(secret) if is_login(&req) => sign_in(secret, req).await,
             _ => next.run(req).await,
         },
@@ -277,7 +302,7 @@ mod tests {
     #[test]
     fn off_loopback_a_request_needs_the_bearer_or_the_session_cookie() {
         let secret = crate::cluster::auth::ClusterSecret::from_bytes(b"an off-loopback test secret");
-        let g = Guard::new(&[], Some(secret.clone()));
+        let g = Guard::new(&[], Some(Access { secret: Some(secret.clone()), client_certificate: true }));
         let host = ("host", "10.0.0.5:8081");
         let (status, _) = g.check(&request("GET", &[host])).unwrap();
         assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -307,5 +332,33 @@ mod tests {
         );
         let evil = [host, ("content-type", "application/json"), ("origin", "http://evil.example")];
         assert_eq!(login(&evil).unwrap().0, StatusCode::FORBIDDEN);
+    }
+
+    #[test]
+    fn over_https_a_client_certificate_of_the_clusters_ca_lets_a_request_in() {
+        let peer = |member: bool| super::super::tls::Peer { addr: "10.0.0.9:5000".parse().unwrap(), member };
+        let with_peer = |member: Option<bool>| {
+            let mut req = request("GET", &[("host", "10.0.0.5:8081")]);
+            if let Some(m) = member {
+                req.extensions_mut().insert(axum::extract::ConnectInfo(peer(m)));
+            }
+            req
+        };
+        let certificates_only = Guard::new(&[], Some(Access { secret: None, client_certificate: true }));
+        assert_eq!(certificates_only.check(&with_peer(Some(true))), None);
+        for refused in [with_peer(Some(false)), with_peer(None)] {
+            let (status, why) = certificates_only.check(&refused).unwrap();
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            assert!(why.contains("TLS client certificate"), "{why}");
+        }
+        // Without TLS a peer is never a member, whatever it claims: only the secret counts.
+        let secret_only = Guard::new(
+            &[],
+            Some(Access {
+                secret: Some(crate::cluster::auth::ClusterSecret::from_bytes(b"s")),
+                client_certificate: false,
+            }),
+        );
+        assert_eq!(secret_only.check(&with_peer(Some(true))).unwrap().0, StatusCode::UNAUTHORIZED);
     }
 }

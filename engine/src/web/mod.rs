@@ -33,11 +33,14 @@ mod registry;
 mod savepoints;
 mod server;
 mod state;
+mod tls;
 mod transactions;
 mod views;
 
+pub(crate) use guard::Access;
 pub use registry::{JobRegistry, HISTORY_SAMPLES, SAMPLE_INTERVAL};
 pub use savepoints::SavepointsView;
+pub(crate) use server::WebAccess;
 pub use server::WebServer;
 
 /// The OpenAPI 3 document served at `/api/v1/openapi.json`.

@@ -22,6 +22,8 @@ use tokio::sync::oneshot;
 #[derive(Debug)]
 pub struct WebServer {
     addr: SocketAddr,
+    /// `https` when it serves TLS.
+    scheme: &'static str,
     registry: Arc<JobRegistry>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -32,18 +34,16 @@ impl WebServer {
     ///
     /// Fails with a configuration error naming `web_bind` when the address cannot be bound.
     pub fn start(bind: SocketAddr, registry: Arc<JobRegistry>) -> Result<WebServer> {
-        Self::start_with(bind, registry, axum::Router::new(), &[], None)
+        Self::start_with(bind, registry, axum::Router::new(), WebAccess::default())
     }
 
     /// Like [`WebServer::start`], also serving `extra` routes (the job manager's own
-    /// endpoints under `/api/v1/cluster`), and answering to the host names `allowed_hosts`
-    /// besides IP addresses and `localhost` (see `guard.rs`).
+    /// endpoints under `/api/v1/cluster`), reached and guarded as `access` says.
     pub(crate) fn start_with(
         bind: SocketAddr,
         registry: Arc<JobRegistry>,
         extra: axum::Router,
-        allowed_hosts: &[String],
-        bearer: Option<crate::cluster::auth::ClusterSecret>,
+        access: WebAccess,
     ) -> Result<WebServer> {
         let listener = std::net::TcpListener::bind(bind)
             .map_err(|e| Error::config("web_bind", format!("cannot listen on {bind}: {e}")))?;
@@ -60,7 +60,8 @@ impl WebServer {
                 .map_err(|e| Error::io("web server: registering the listener", e))?
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let guard = Arc::new(super::guard::Guard::new(allowed_hosts, bearer));
+        let guard = Arc::new(super::guard::Guard::new(&access.allowed_hosts, access.sign_in));
+        let scheme = if access.tls.is_some() { "https" } else { "http" };
         let app = api::router(registry.clone())
             .merge(extra)
             .layer(axum::middleware::from_fn_with_state(guard, super::guard::guard));
@@ -77,8 +78,18 @@ impl WebServer {
                             sampled.sample_all();
                         }
                     });
+                    let served = async move {
+                        match access.tls {
+                            None => axum::serve(listener, app).await,
+                            Some(config) => {
+                                let tls = super::tls::TlsListener::new(listener, config)?;
+                                let app = app.into_make_service_with_connect_info::<super::tls::Peer>();
+                                axum::serve(tls, app).await
+                            }
+                        }
+                    };
                     tokio::select! {
-                        r = axum::serve(listener, app) => {
+                        r = served => {
                             if let Err(e) = r {
                                 tracing::error!("caudal web server on {addr} stopped: {e}");
                             }
@@ -89,14 +100,15 @@ impl WebServer {
                 // Dropping the runtime here ends open connections and the sampler.
             })
             .map_err(|e| Error::io("web server: spawning its thread", e))?;
-        Ok(WebServer { addr, registry, shutdown: Some(shutdown), thread: Some(thread) })
+        Ok(WebServer { addr, scheme, registry, shutdown: Some(shutdown), thread: Some(thread) })
     }
 
     /// Serve one job (embedded mode: what `StreamEnv::execute` does with `web_bind`).
     pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>, allowed_hosts: &[String]) -> Result<WebServer> {
         let registry = Arc::new(JobRegistry::new());
         registry.register(job);
-        Self::start_with(bind, registry, axum::Router::new(), allowed_hosts, None)
+        let access = WebAccess { allowed_hosts: allowed_hosts.to_vec(), ..WebAccess::default() };
+        Self::start_with(bind, registry, axum::Router::new(), access)
     }
 
     /// The address the server listens on (the real port when bound to port 0).
@@ -104,15 +116,27 @@ impl WebServer {
         self.addr
     }
 
-    /// `http://<address>`, the UI's overview page.
+    /// `http://<address>` (`https://` when it serves TLS), the UI's overview page.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// The jobs the server shows.
     pub fn registry(&self) -> &Arc<JobRegistry> {
         &self.registry
     }
+}
+
+/// How a server is reached and who may use it: a job manager's settings (embedded mode: the
+/// defaults and `web_allowed_hosts`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WebAccess {
+    /// Host names it answers to besides IP addresses and `localhost` (see `guard.rs`).
+    pub(crate) allowed_hosts: Vec<String>,
+    /// What every request must prove (a job manager off loopback); `None`: nothing.
+    pub(crate) sign_in: Option<super::guard::Access>,
+    /// Serve HTTPS with this configuration (a job manager with `--tls-*`).
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Drop for WebServer {

@@ -36,6 +36,43 @@ pub fn temperature() -> PathBuf {
     p
 }
 
+/// A plain HTTP client that answers every status (no error for 4xx/5xx).
+pub fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// An HTTPS client that trusts only the CA in `ca` and presents `identity` (certificate and
+/// key PEM files), if given.
+pub fn https_agent(identity: Option<(&Path, &Path)>, ca: &Path) -> ureq::Agent {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    let roots = RootCerts::new_with_certs(&[Certificate::from_pem(&read(ca)).unwrap()]);
+    let client = identity.map(|(cert, key)| {
+        let chain = [Certificate::from_pem(&read(cert)).unwrap()];
+        ClientCert::new_with_certs(&chain, PrivateKey::from_pem(&read(key)).unwrap())
+    });
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(roots)
+        .client_cert(client)
+        .unversioned_rustls_crypto_provider(
+            std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+        )
+        .build();
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .tls_config(tls)
+        .build()
+        .into()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -55,6 +92,8 @@ pub struct Cluster {
     pub jm: Option<Child>,
     pub tms: Vec<(String, Child)>,
     pub agent: ureq::Agent,
+    /// `https` when the job manager has TLS (its REST API is HTTPS then).
+    pub scheme: &'static str,
 }
 
 impl Cluster {
@@ -64,13 +103,15 @@ impl Cluster {
 
     /// A job manager checkpointing to `checkpoint_url` (default `<dir>/ckpt`), every process
     /// with `env`.
+    /// With `CAUDAL_TLS_*` in `env`, the job manager serves HTTPS and the cluster's REST
+    /// client presents that certificate.
     pub fn start_with(jm_flags: &[&str], checkpoint_url: Option<&str>, env: &[(&str, String)]) -> Cluster {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .proxy(None)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .into();
+        let var =
+            |name: &str| env.iter().find(|(k, v)| *k == name && !v.is_empty()).map(|(_, v)| Path::new(v));
+        let (agent, scheme) = match (var("CAUDAL_TLS_CERT"), var("CAUDAL_TLS_KEY"), var("CAUDAL_TLS_CA")) {
+            (Some(cert), Some(key), Some(ca)) => (https_agent(Some((cert, key)), ca), "https"),
+            _ => (http_agent(), "http"),
+        };
         let dir = tempfile::tempdir().unwrap();
         let checkpoint_url =
             checkpoint_url.map_or_else(|| dir.path().join("ckpt").display().to_string(), str::to_string);
@@ -85,13 +126,14 @@ impl Cluster {
             jm: None,
             tms: Vec::new(),
             agent,
+            scheme,
         };
         c.start_jobmanager();
         c
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http)
+        format!("{}://127.0.0.1:{}", self.scheme, self.http)
     }
 
     pub fn log(&self, name: &str) -> std::fs::File {
@@ -145,10 +187,22 @@ impl Cluster {
 
     /// A task manager whose executors inherit `env` (e.g. a crash point).
     pub fn start_taskmanager_with_env(&mut self, name: &str, slots: u32, env: &[(&str, &str)]) {
-        let child = Command::new(caudal())
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .envs(env.iter().copied())
-            .args(["taskmanager", "--jobmanager", &self.url(), "--slots", &slots.to_string(), "--name", name])
+        self.start_taskmanager_at(&self.url(), name, slots, env)
+    }
+
+    /// A task manager given `jobmanager` as the job manager's URL; a variable of `env` with
+    /// an empty value is removed from its environment.
+    pub fn start_taskmanager_at(&mut self, jobmanager: &str, name: &str, slots: u32, env: &[(&str, &str)]) {
+        let mut cmd = Command::new(caudal());
+        for (k, v) in self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(env.iter().copied()) {
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
+        }
+        let child = cmd
+            .args(["taskmanager", "--jobmanager", jobmanager, "--slots", &slots.to_string(), "--name", name])
             .args(["--data-dir", &self.dir.path().join(name).display().to_string()])
             .args(["--heartbeat-timeout-ms", "2000"])
             .stdout(self.log(name))
@@ -358,6 +412,11 @@ pub fn assert_refused(c: &Cluster, intruders: &[&str]) {
         assert!(Instant::now() < deadline, "the intruders were not refused:{}", c.logs());
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_not_registered(c, intruders);
+}
+
+/// None of `intruders` is among the job manager's task managers.
+pub fn assert_not_registered(c: &Cluster, intruders: &[&str]) {
     let info = c.get("/api/v1/cluster").unwrap();
     let names: Vec<&str> =
         info["task_managers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();

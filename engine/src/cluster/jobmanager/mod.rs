@@ -30,7 +30,7 @@ use self::job::{ClusterJob, JobRecords};
 use self::taskmanagers::{ExecutorEvent, TaskManagers};
 use super::blob::BlobStore;
 use super::protocol::{read_frame, FromTaskManager, Hello, Link, ToTaskManager, HEARTBEAT_INTERVAL};
-use crate::web::{JobRegistry, WebServer};
+use crate::web::{Access, JobRegistry, WebAccess, WebServer};
 use crate::{Error, Result};
 use crossbeam_channel::RecvTimeoutError;
 use parking_lot::Mutex;
@@ -139,14 +139,16 @@ impl JobManager {
     pub fn start(config: JobManagerConfig) -> Result<JobManager> {
         let mut config = config;
         for (flag, addr) in [("--bind", config.http_bind), ("--rpc-bind", config.rpc_bind)] {
-            if !addr.ip().is_loopback() && !config.allow_remote && config.trust.secret.is_none() {
+            let trusted = config.trust.secret.is_some() || config.trust.tls.is_some();
+            if !addr.ip().is_loopback() && !config.allow_remote && !trusted {
                 return Err(Error::config(
                     flag,
                     format!(
-                        "refusing to listen on {addr} without a cluster secret: anyone who reaches this port \
-                         could upload a program and run it on every task manager. Give every process of the \
-                         cluster --secret-file FILE (e.g. `openssl rand -hex 32 > FILE`), bind to 127.0.0.1 \
-                         (the default), or pass --insecure-allow-remote on a network only you control"
+                        "refusing to listen on {addr} without a cluster secret or TLS: anyone who reaches this \
+                         port could upload a program and run it on every task manager. Give every process of \
+                         the cluster --secret-file FILE (e.g. `openssl rand -hex 32 > FILE`) or certificates \
+                         (--tls-cert/--tls-key/--tls-ca, see `caudal certs`), bind to 127.0.0.1 (the default), \
+                         or pass --insecure-allow-remote on a network only you control"
                     ),
                 ));
             }
@@ -174,14 +176,18 @@ impl JobManager {
             registry: registry.clone(),
             config,
         });
-        let web = WebServer::start_with(
-            cluster.config.http_bind,
-            registry,
-            http::routes(cluster.clone()),
-            &cluster.config.http_allowed_hosts,
-            // Off loopback the REST API takes the cluster secret as its bearer token.
-            cluster.config.trust.secret.clone().filter(|_| !cluster.config.http_bind.ip().is_loopback()),
-        )?;
+        let trust = &cluster.config.trust;
+        let access = WebAccess {
+            allowed_hosts: cluster.config.http_allowed_hosts.clone(),
+            // Off loopback the REST API takes the cluster secret as its bearer token, or a
+            // client certificate of the cluster's CA over HTTPS.
+            sign_in: (!cluster.config.http_bind.ip().is_loopback())
+                .then(|| Access { secret: trust.secret.clone(), client_certificate: trust.tls.is_some() }),
+            // With the cluster's TLS identity, the REST API and UI are HTTPS too.
+            tls: trust.tls.as_ref().map(|t| t.https_server()),
+        };
+        let web =
+            WebServer::start_with(cluster.config.http_bind, registry, http::routes(cluster.clone()), access)?;
         let accepting = cluster.clone();
         std::thread::Builder::new()
             .name("caudal-accept".into())
@@ -191,7 +197,7 @@ impl JobManager {
         Ok(JobManager { cluster, web })
     }
 
-    /// `http://<address>` of the REST API and UI.
+    /// `http://<address>` of the REST API and UI (`https://` with TLS).
     pub fn http_url(&self) -> String {
         self.web.url()
     }
