@@ -252,6 +252,12 @@ group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=4
 log.flush.interval.messages=9223372036854775807
+# The only broker is never fenced for a late heartbeat: on 2 busy cores its heartbeat to its
+# own controller came more than the default 9 s late, the controller fenced it, every
+# partition lost its leader until it was unfenced (the transaction log's leader epoch went
+# 0 -> 2 within one test), and a job saw no checkpoint for 30 s (CI). Fencing moves
+# leadership to another broker; with one there is nowhere to move it.
+broker.session.timeout.ms=120000
 EOF
   kafka_config_log4j "$d"
 }
@@ -269,6 +275,9 @@ logger.raftserver.name = kafka.server.KafkaRaftServer
 logger.raftserver.level = INFO
 logger.broker.name = kafka.server.BrokerServer
 logger.broker.level = INFO
+# fencing and unfencing of brokers, and leader elections
+logger.controller.name = org.apache.kafka.controller.QuorumController
+logger.controller.level = INFO
 EOF
 }
 
