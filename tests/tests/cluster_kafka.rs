@@ -165,9 +165,14 @@ fn a_paused_task_manager_resumed_after_the_job_moved_on_leaves_the_kafka_output_
     args[rate] = "2000".into(); // ~20 s: the pause, the recovery and the resume happen mid-run
     let o = c.submit(4, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
-    let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
+    // The first checkpoint took more than 30 s in some CI runs (idle cores, no error logged;
+    // noted in the closing note of stop 24), about 2 s in most: its latency is
+    // printed, and this test is about what follows it.
+    let started = std::time::Instant::now();
+    let running = c.wait_job("temperature", 90, "running with a checkpoint", |j| {
         status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
     });
+    eprintln!("first checkpoint after {:.1} s", started.elapsed().as_secs_f64());
     let victim = running["task_managers"][0].as_str().unwrap().to_string();
     c.pause_until_the_job_moved_on("temperature", &victim, &running);
     let done = c.wait_job("temperature", 240, "FINISHED", |j| status(j) == "FINISHED");
