@@ -43,7 +43,7 @@ impl JobManagerClient {
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(120)));
         match &trust.tls {
-            Some(tls) => config = config.tls_config(tls.https_client()?),
+            Some(tls) => config = config.tls_config(tls.https_client()),
             None if base.starts_with("https://") => {
                 return Err(Error::config(
                     "--tls-ca",

@@ -57,10 +57,7 @@ pub struct ClusterTls {
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
     https: Arc<ServerConfig>,
-    /// This process's chain and key, and the CA, for the HTTPS client (ureq's own types).
-    chain: Vec<CertificateDer<'static>>,
-    key_pem: Arc<[u8]>,
-    ca: Vec<CertificateDer<'static>>,
+    https_client: ureq::tls::TlsConfig,
     files: TlsFiles,
 }
 
@@ -83,9 +80,8 @@ impl ClusterTls {
     pub fn from_files(files: TlsFiles) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let chain = certificates(&files.cert, "--tls-cert")?;
-        let key_pem: Arc<[u8]> = std::fs::read(&files.key)
-            .map_err(|e| Error::config("--tls-key", format!("cannot read {}: {e}", files.key.display())))?
-            .into();
+        let key_pem = std::fs::read(&files.key)
+            .map_err(|e| Error::config("--tls-key", format!("cannot read {}: {e}", files.key.display())))?;
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
             Error::config("--tls-key", format!("no private key in {}: {e}", files.key.display()))
         })?;
@@ -101,51 +97,55 @@ impl ClusterTls {
         }
         let roots = Arc::new(roots);
         let bad = |flag: &str, e: &dyn std::fmt::Display| Error::config(flag, e.to_string());
-        let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| bad("--tls-ca", &e))?;
-        let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| bad("--tls-cert", &e))?
-            .with_client_cert_verifier(client_verifier)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(|e| {
-                bad(
-                    "--tls-key",
-                    &format!("{} does not fit {}: {e}", files.key.display(), files.cert.display()),
-                )
-            })?;
+        // Cluster connections require a client certificate of the cluster's CA; HTTPS asks for
+        // one without requiring it (browsers and curl come without, and sign in with the
+        // secret), and one that comes must be of the cluster's CA too.
+        let server_config = |optional_client: bool| -> Result<ServerConfig> {
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
+            let verifier = if optional_client { verifier.allow_unauthenticated() } else { verifier };
+            ServerConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(|e| bad("--tls-cert", &e))?
+                .with_client_cert_verifier(verifier.build().map_err(|e| bad("--tls-ca", &e))?)
+                .with_single_cert(chain.clone(), key.clone_key())
+                .map_err(|e| {
+                    bad(
+                        "--tls-key",
+                        &format!("{} does not fit {}: {e}", files.key.display(), files.cert.display()),
+                    )
+                })
+        };
+        let mut server = server_config(false)?;
         // Connections are long-lived and never resumed: no tickets to send after the handshake.
         server.send_tls13_tickets = 0;
-        // HTTPS: browsers and curl come without a client certificate (they sign in with the
-        // secret); one that comes with a certificate must have the cluster's CA's.
-        let optional_client = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| bad("--tls-ca", &e))?;
-        let mut https = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| bad("--tls-cert", &e))?
-            .with_client_cert_verifier(optional_client)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(|e| bad("--tls-key", &e))?;
+        let mut https = server_config(true)?;
         https.alpn_protocols = vec![b"http/1.1".to_vec()];
         let verifier =
             Arc::new(SignedByClusterCa { roots, algorithms: provider.signature_verification_algorithms });
-        let client = ClientConfig::builder_with_provider(provider)
+        let client = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| bad("--tls-cert", &e))?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(chain.clone(), key.clone_key())
+            .with_client_auth_cert(chain.clone(), key)
             .map_err(|e| bad("--tls-key", &e))?;
+        let https_client = {
+            use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+            let owned = |c: &CertificateDer<'_>| Certificate::from_der(c.as_ref()).to_owned();
+            let key = PrivateKey::from_pem(&key_pem).map_err(|e| bad("--tls-key", &e))?;
+            let chain: Vec<Certificate<'static>> = chain.iter().map(owned).collect();
+            TlsConfig::builder()
+                .provider(TlsProvider::Rustls)
+                .root_certs(RootCerts::Specific(Arc::new(ca.iter().map(owned).collect())))
+                .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
+                .unversioned_rustls_crypto_provider(provider.clone())
+                .build()
+        };
         Ok(ClusterTls {
             client: Arc::new(client),
             server: Arc::new(server),
             https: Arc::new(https),
-            chain,
-            key_pem,
-            ca,
+            https_client,
             files,
         })
     }
@@ -218,19 +218,8 @@ impl ClusterTls {
 
     /// An HTTPS client of a job manager: trusts only the cluster's CA (checking the server's
     /// name, as HTTPS does) and presents this process's certificate.
-    pub(crate) fn https_client(&self) -> Result<ureq::tls::TlsConfig> {
-        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
-        let owned = |c: &CertificateDer<'_>| Certificate::from_der(c.as_ref()).to_owned();
-        let key = PrivateKey::from_pem(&self.key_pem).map_err(|e| {
-            Error::config("--tls-key", format!("no private key in {}: {e}", self.files.key.display()))
-        })?;
-        let chain: Vec<Certificate<'static>> = self.chain.iter().map(owned).collect();
-        Ok(TlsConfig::builder()
-            .provider(TlsProvider::Rustls)
-            .root_certs(RootCerts::Specific(Arc::new(self.ca.iter().map(owned).collect())))
-            .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .build())
+    pub(crate) fn https_client(&self) -> ureq::tls::TlsConfig {
+        self.https_client.clone()
     }
 }
 

@@ -38,12 +38,7 @@ pub fn temperature() -> PathBuf {
 
 /// A plain HTTP client that answers every status (no error for 4xx/5xx).
 pub fn http_agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
+    agent(None)
 }
 
 /// An HTTPS client that trusts only the CA in `ca` and presents `identity` (certificate and
@@ -64,13 +59,18 @@ pub fn https_agent(identity: Option<(&Path, &Path)>, ca: &Path) -> ureq::Agent {
             std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
         )
         .build();
-    ureq::Agent::config_builder()
+    agent(Some(tls))
+}
+
+fn agent(tls: Option<ureq::tls::TlsConfig>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .tls_config(tls)
-        .build()
-        .into()
+        .timeout_global(Some(Duration::from_secs(10)));
+    if let Some(tls) = tls {
+        config = config.tls_config(tls);
+    }
+    config.build().into()
 }
 
 pub fn free_port() -> u16 {
