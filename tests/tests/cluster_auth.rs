@@ -15,7 +15,6 @@ mod oracle;
 use cluster_support::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn secret_file(dir: &Path, name: &str, secret: &str) -> String {
     let path = dir.join(name);
@@ -75,14 +74,7 @@ fn off_loopback_the_rest_api_needs_the_secret_and_an_unauthenticated_submit_runs
         .unwrap();
     let agent = http_agent();
     let url = format!("http://127.0.0.1:{http}/api/v1/cluster");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Ok(r) = agent.get(&url).call() {
-            break r.status().as_u16();
-        }
-        assert!(Instant::now() < deadline, "the job manager did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = first_status(&agent, &url);
     assert_eq!(status, 401, "a request without the bearer token");
     let token = std::fs::read_to_string(&secret).unwrap();
     let r = agent.get(&url).header("Authorization", &format!("Bearer {}", token.trim())).call().unwrap();

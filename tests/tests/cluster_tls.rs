@@ -131,14 +131,7 @@ fn off_loopback_over_https_a_certificate_of_the_clusters_ca_lets_a_client_in() {
     let file = |d: &Path, name: &str| d.join(name);
     let admin = https_agent(Some((&file(&ours, "admin.pem"), &file(&ours, "admin.key"))), &ca);
     let url = format!("https://127.0.0.1:{http}/api/v1/cluster");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Ok(r) = admin.get(&url).call() {
-            break r.status().as_u16();
-        }
-        assert!(Instant::now() < deadline, "the job manager did not come up over HTTPS");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = first_status(&admin, &url);
     assert_eq!(status, 200, "a client with a certificate of the cluster's CA needs no token");
 
     // HTTPS without a client certificate: the connection is fine, the request is not.

@@ -62,6 +62,19 @@ pub fn https_agent(identity: Option<(&Path, &Path)>, ca: &Path) -> ureq::Agent {
     agent(Some(tls))
 }
 
+/// The status of the first answer to `GET url` (a server still starting refuses the
+/// connection); panics after 10 s without one.
+pub fn first_status(agent: &ureq::Agent, url: &str) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = agent.get(url).call() {
+            return r.status().as_u16();
+        }
+        assert!(Instant::now() < deadline, "{url} did not answer within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn agent(tls: Option<ureq::tls::TlsConfig>) -> ureq::Agent {
     let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
