@@ -18,7 +18,7 @@ scripts/install-deps.sh --build >&2
 target_dir="${CARGO_TARGET_DIR:-target}"
 if [[ ! -x "$target_dir/release/temperature" ]]; then
   say "first build: compiling Caudal with RocksDB (C++) and librdkafka (C) from source."
-  say "On 2 cores this takes about 15-20 minutes, once; later builds take seconds."
+  say "On 2 cores this takes about 30-35 minutes, once; later builds take seconds."
 fi
 cargo build --release --locked -p caudal-jobs --bin temperature
 exec "$target_dir/release/temperature" "$@"
