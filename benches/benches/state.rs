@@ -67,7 +67,7 @@ fn value_state(c: &mut Criterion) {
                     &RocksDbConfig::default(),
                 )
                 .expect("open"),
-                caudal_checkpoints::backend::cache::DEFAULT_CACHE_ENTRIES,
+                caudal_checkpoints::backend::cache::DEFAULT_CACHE_BYTES,
             )),
         ),
     ];

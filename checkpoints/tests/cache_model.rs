@@ -32,9 +32,12 @@ proptest! {
 
     #[test]
     fn cache_equals_model(ops in prop::collection::vec(op(), 1..120), capacity in 1usize..8) {
+        // A budget of about `capacity` small entries (each a key of ~12 bytes and a value of up
+        // to a few dozen), so evictions happen all the time.
+        let budget = capacity * (caudal_checkpoints::backend::cache::ENTRY_OVERHEAD + 16);
         let range = KeyGroupRange::new(0, 4);
         let mut model = HeapStateBackend::new(range);
-        let mut cached = CachingBackend::new(HeapStateBackend::new(range), capacity);
+        let mut cached = CachingBackend::new(HeapStateBackend::new(range), budget);
         let store = InMemoryCheckpointStore::new();
         let state = StateId::new("s").unwrap();
         for (i, op) in ops.iter().enumerate() {

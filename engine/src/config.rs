@@ -168,6 +168,7 @@ const KNOWN_VARIABLES: &[&str] = &[
     "ALLOW_NON_RESTORED_STATE",
     "S3__<FIELD>",
     "STATE_BACKEND",
+    "STATE_CACHE_MB",
     "STATE_DIR",
     "LATENCY_MARKER_INTERVAL_MS",
     "TEST_CRASH_AT",
@@ -227,6 +228,7 @@ impl JobConfig {
                 "STATE_BACKEND" => {
                     self.state.kind = parse_backend(&value).map_err(|m| Error::config(key.clone(), m))?
                 }
+                "STATE_CACHE_MB" => self.state.cache_mb = Some(parse_u(&value)? as usize),
                 "STATE_DIR" => self.state_dir = Some(value.clone().into()),
                 "LATENCY_MARKER_INTERVAL_MS" => {
                     let ms = parse_u(&value)?;
@@ -368,12 +370,14 @@ mod tests {
         let c = JobConfig::default()
             .with_overrides(vars(&[
                 ("CAUDAL__CHECKPOINT_INTERVAL_MS", "1000"),
+                ("CAUDAL__STATE_CACHE_MB", "32"),
                 ("CAUDAL__EXECUTOR_ID", "x"),
                 ("CAUDAL_KAFKA_BROKERS", "not ours"),
                 ("PATH", "/bin"),
             ]))
             .unwrap();
         assert_eq!(c.checkpoints.interval, Some(Duration::from_millis(1000)));
+        assert_eq!(c.state.cache_bytes(), 32 << 20);
     }
 
     #[test]

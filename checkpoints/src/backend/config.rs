@@ -12,6 +12,9 @@ use crate::keygroup::KeyGroupRange;
 use crate::store::CheckpointStore;
 use crate::Result;
 
+/// Keys an operator keeps deserialized per subtask over RocksDB, by default.
+pub const DEFAULT_OPERATOR_CACHE_ENTRIES: usize = 100_000;
+
 /// Which backend holds keyed state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -31,13 +34,18 @@ pub struct StateBackendConfig {
     /// `rocksdb` (default) or `heap` (also accepted as `backend`: `state.backend`).
     #[serde(alias = "backend")]
     pub kind: BackendKind,
-    /// Keys an operator keeps deserialized in memory per subtask, written through to the
-    /// backend at checkpoints (and when there are more): also the size of the write-back cache
-    /// in front of RocksDB (0 disables it). `None` (the default): 100,000 with RocksDB, no
-    /// bound on the heap — there the backend is memory too, so the operator's objects are the
-    /// working copy and the backend holds what checkpoints write through (bounding them only
-    /// added a serialize and a map lookup per record once the keys outgrew the bound).
+    /// Keys an operator keeps deserialized in memory per subtask (the window operators),
+    /// written through to the backend at checkpoints (and when there are more). `None` (the
+    /// default): 100,000 with RocksDB, no bound on the heap — there the backend is memory too,
+    /// so the operator's objects are the working copy and the backend holds what checkpoints
+    /// write through (bounding them only added a serialize and a map lookup per record once
+    /// the keys outgrew the bound).
     pub cache_entries: Option<usize>,
+    /// MiB of keys and values the write-back cache in front of RocksDB may hold per operator
+    /// subtask (see [`super::cache`]); 0 disables it. `None` (the default): 128 MiB, about
+    /// 1.4 million small values. A working set that fits is read and written in memory and
+    /// reaches RocksDB once per checkpoint; one that does not pays a RocksDB read per miss.
+    pub cache_mb: Option<usize>,
     /// RocksDB tuning.
     pub rocksdb: RocksDbConfig,
 }
@@ -47,6 +55,7 @@ impl Default for StateBackendConfig {
         StateBackendConfig {
             kind: BackendKind::Rocksdb,
             cache_entries: None,
+            cache_mb: None,
             rocksdb: RocksDbConfig::default(),
         }
     }
@@ -61,9 +70,14 @@ impl StateBackendConfig {
     /// The operator cache's size (see [`Self::cache_entries`]'s field doc).
     pub fn cache_entries(&self) -> usize {
         self.cache_entries.unwrap_or(match self.kind {
-            BackendKind::Rocksdb => super::cache::DEFAULT_CACHE_ENTRIES,
+            BackendKind::Rocksdb => DEFAULT_OPERATOR_CACHE_ENTRIES,
             BackendKind::Heap => usize::MAX,
         })
+    }
+
+    /// The write-back cache's budget in bytes (see [`Self::cache_mb`]'s field doc).
+    pub fn cache_bytes(&self) -> usize {
+        self.cache_mb.map_or(super::cache::DEFAULT_CACHE_BYTES, |mb| mb.saturating_mul(1 << 20))
     }
 
     /// Checks the values; errors name the field.
@@ -109,9 +123,9 @@ impl StateBackendConfig {
     }
 
     fn wrap(&self, backend: RocksDbStateBackend) -> Box<dyn KeyedStateBackend> {
-        match self.cache_entries() {
+        match self.cache_bytes() {
             0 => Box::new(backend),
-            n => Box::new(CachingBackend::new(backend, n)),
+            budget => Box::new(CachingBackend::new(backend, budget)),
         }
     }
 }
@@ -130,7 +144,10 @@ mod tests {
         assert_eq!(c.cache_entries(), usize::MAX, "no bound on the heap by default");
         let c: StateBackendConfig = serde_json::from_str(r#"{"kind":"heap","cache_entries":500}"#).unwrap();
         assert_eq!(c.cache_entries(), 500);
-        assert_eq!(StateBackendConfig::default().cache_entries(), super::super::cache::DEFAULT_CACHE_ENTRIES);
+        assert_eq!(StateBackendConfig::default().cache_entries(), DEFAULT_OPERATOR_CACHE_ENTRIES);
+        assert_eq!(StateBackendConfig::default().cache_bytes(), 128 << 20);
+        let c: StateBackendConfig = serde_json::from_str(r#"{"cache_mb":0}"#).unwrap();
+        assert_eq!(c.cache_bytes(), 0, "0 disables the write-back cache");
         let c: StateBackendConfig = serde_json::from_str(r#"{"rocksdb":{"block_cache_mb":256}}"#).unwrap();
         assert_eq!(c.kind, BackendKind::Rocksdb);
         assert_eq!(c.rocksdb.block_cache_mb, 256);

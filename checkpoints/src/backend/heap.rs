@@ -315,6 +315,21 @@ impl KeyedStateBackend for HeapStateBackend {
         Ok(g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key)).cloned())
     }
 
+    fn get_into(&self, key: &StateKey<'_>, out: &mut Vec<u8>) -> Result<bool> {
+        let g = self.group(key.key_group)?;
+        let mut prefix = self.scratch.borrow_mut();
+        prefix.clear();
+        key.encode_prefix_into(&mut prefix)?;
+        out.clear();
+        Ok(match g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key)) {
+            Some(v) => {
+                out.extend_from_slice(v);
+                true
+            }
+            None => false,
+        })
+    }
+
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
         self.with_prefix_mut(key, |g, prefix, map_key| {

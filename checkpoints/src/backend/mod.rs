@@ -26,7 +26,7 @@ use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
 
 pub use cache::CachingBackend;
-pub use config::{BackendKind, StateBackendConfig};
+pub use config::{BackendKind, StateBackendConfig, DEFAULT_OPERATOR_CACHE_ENTRIES};
 pub use heap::HeapStateBackend;
 pub use rocksdb::{RocksDbConfig, RocksDbStateBackend};
 
@@ -145,6 +145,19 @@ pub trait KeyedStateBackend: Send {
 
     /// The value at `key`.
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>>;
+
+    /// [`Self::get`] into `out` (cleared first): whether there is a value. The hot path's
+    /// read: the caller's buffer is reused, so a found value allocates nothing.
+    fn get_into(&self, key: &StateKey<'_>, out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        Ok(match self.get(key)? {
+            Some(v) => {
+                out.extend_from_slice(&v);
+                true
+            }
+            None => false,
+        })
+    }
 
     /// Sets the value at `key`.
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()>;

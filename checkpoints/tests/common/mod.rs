@@ -43,7 +43,7 @@ pub fn open(kind: Kind, range: KeyGroupRange) -> TestBackend {
         }
         Kind::CachedRocksDb => Box::new(CachingBackend::new(
             RocksDbStateBackend::open(dir.path(), &op(), range, &small_rocksdb()).unwrap(),
-            64,
+            64 * (caudal_checkpoints::backend::cache::ENTRY_OVERHEAD + 24),
         )),
     };
     TestBackend { backend, dir }
@@ -68,7 +68,7 @@ pub fn restore(
         )?),
         Kind::CachedRocksDb => Box::new(CachingBackend::new(
             RocksDbStateBackend::restore(dir.path(), &op(), range, &small_rocksdb(), handles, store)?,
-            64,
+            64 * (caudal_checkpoints::backend::cache::ENTRY_OVERHEAD + 24),
         )),
     };
     Ok(TestBackend { backend, dir })
