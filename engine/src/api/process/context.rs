@@ -77,6 +77,8 @@ pub struct KeyedContext<'a, K> {
     pub(crate) timers: &'a mut Timers,
     pub(crate) registry: &'a mut StateRegistry,
     pub(crate) side: &'a mut SideRecords,
+    /// The state handles' read and encode buffer.
+    pub(crate) buffer: &'a mut Vec<u8>,
     /// The broadcast state, read-only (functions connected to a broadcast stream).
     pub(crate) broadcast: Option<&'a super::broadcast::BroadcastState>,
 }
@@ -143,6 +145,7 @@ impl<K> KeyedContext<'_, K> {
                 processing: self.processing_time,
             },
             registry: &mut *self.registry,
+            buffer: &mut *self.buffer,
         }
     }
 

@@ -30,6 +30,8 @@ pub(crate) struct KeyedCore {
     next_cleanup: Timestamp,
     side: SideRecords,
     key_bytes: Vec<u8>,
+    /// The state handles' buffer (see [`KeyedContext`]).
+    buffer: Vec<u8>,
 }
 
 /// The times an element or timer is handled at.
@@ -76,6 +78,7 @@ impl KeyedCore {
             timers: &mut self.timers,
             registry: &mut self.registry,
             side: &mut self.side,
+            buffer: &mut self.buffer,
             broadcast,
         };
         call(&mut kctx, &mut Output { out: &mut *out, ts })?;
@@ -116,6 +119,7 @@ impl KeyedCore {
                 timers: &mut self.timers,
                 registry: &mut self.registry,
                 side: &mut self.side,
+                buffer: &mut self.buffer,
                 broadcast,
             };
             call(ts, &mut kctx, &mut Output { out: &mut *out, ts })?;

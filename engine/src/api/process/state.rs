@@ -371,6 +371,14 @@ fn encode<T: Serialize + ?Sized>(state: &StateId, v: &T) -> Result<Vec<u8>> {
     bincode::serde::encode_to_vec(v, bincode::config::standard()).map_err(|e| codec_error(state, e))
 }
 
+/// [`encode`] into `out` (cleared first), whose allocation is reused.
+fn encode_into<T: Serialize + ?Sized>(state: &StateId, v: &T, out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
+        .map(|_| ())
+        .map_err(|e| codec_error(state, e))
+}
+
 fn decode<T: DeserializeOwned>(state: &StateId, bytes: &[u8]) -> Result<T> {
     bincode::serde::decode_from_slice(bytes, bincode::config::standard())
         .map(|(v, _)| v)
@@ -389,6 +397,8 @@ pub(crate) struct Scope<'c> {
     pub(crate) key: &'c [u8],
     pub(crate) clocks: Clocks,
     pub(crate) registry: &'c mut StateRegistry,
+    /// Where single values are read into and encoded (no allocation per record).
+    pub(crate) buffer: &'c mut Vec<u8>,
 }
 
 impl<'c> Scope<'c> {
@@ -419,6 +429,14 @@ impl<'c> Scope<'c> {
         }
     }
 
+    /// [`Self::wrap`] into the scope's buffer.
+    fn wrap_into_buffer<V: Serialize>(&mut self, d: &Descriptor, id: &StateId, v: &V) -> Result<()> {
+        match &d.ttl {
+            Some(ttl) => encode_into(id, &(self.clocks.expiry(ttl), v), self.buffer),
+            None => encode_into(id, v, self.buffer),
+        }
+    }
+
     fn refreshes_on_read(d: &Descriptor) -> bool {
         d.ttl.is_some_and(|t| t.update == TtlUpdate::OnReadAndWrite)
     }
@@ -426,19 +444,20 @@ impl<'c> Scope<'c> {
     fn get_single<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor) -> Result<Option<V>> {
         let id = d.id()?;
         let sk = self.state_key(id);
-        let Some(bytes) = self.backend.get(&sk)? else { return Ok(None) };
-        let v: Option<V> = self.unwrap(d, id, &bytes)?;
+        if !self.backend.get_into(&sk, self.buffer)? {
+            return Ok(None);
+        }
+        let v: Option<V> = self.unwrap(d, id, self.buffer.as_slice())?;
         if let (Some(v), true) = (&v, Self::refreshes_on_read(d)) {
-            let bytes = self.wrap(d, id, v)?;
-            self.backend.put(&self.state_key(id), &bytes)?;
+            self.put_single(d, v)?;
         }
         Ok(v)
     }
 
     fn put_single<V: Serialize>(&mut self, d: &Descriptor, v: &V) -> Result<()> {
         let id = d.id()?;
-        let bytes = self.wrap(d, id, v)?;
-        Ok(self.backend.put(&self.state_key(id), &bytes)?)
+        self.wrap_into_buffer(d, id, v)?;
+        Ok(self.backend.put(&self.state_key(id), self.buffer.as_slice())?)
     }
 
     fn clear_single(&mut self, d: &Descriptor) -> Result<()> {

@@ -2,9 +2,9 @@
 //! and timestamp.
 //!
 //! In memory, timers wait in buckets by time (a B-tree of times, each with its keys) with a
-//! set of the live ones, so registering, deleting and firing cost a hash and a push or a
-//! pop whatever the number of timers (a deleted timer stays in its bucket until its time and
-//! is skipped then). At each barrier the timers registered or removed since the last one
+//! map of the live ones (and of those the backend still holds), so registering, deleting
+//! and firing cost one hash and a push or a pop whatever the number of timers (a deleted
+//! timer stays in its bucket until its time and is skipped then). At each barrier the timers registered or removed since the last one
 //! are written through to the subtask's keyed-state backend (state `_timer.event` or
 //! `_timer.proc`, the timer's key, its timestamp as the namespace): timers are in every
 //! checkpoint, placed by key group, and follow their keys when a job is rescaled; a timer
@@ -16,11 +16,10 @@ use crate::Result;
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-
-type Fast = BuildHasherDefault<crate::keygroup::StableHasher>;
 
 /// Which clock a timer runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,21 +106,28 @@ impl<'a> Borrow<dyn TimerId + 'a> for Timer {
 /// A bucket's entry: the key group and key of a timer at the bucket's time.
 type Keyed = (u16, Arc<[u8]>);
 
-/// What the backend must learn at the next write-through.
+/// Where a timer stands: whether it is live (waits to fire), whether the backend holds it
+/// (as of the last write-through), and whether it is on the list of timers to look at at
+/// the next write-through. A timer neither live nor held by the backend has no entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
-    /// Registered since (not in the backend yet).
-    Added,
-    /// Gone since (in the backend).
-    Removed,
+struct Status {
+    live: bool,
+    stored: bool,
+    touched: bool,
 }
 
 /// The timers of one domain.
 pub(crate) struct TimerQueue {
     state: StateId,
     buckets: BTreeMap<Timestamp, Vec<Keyed>>,
-    live: HashSet<Timer, Fast>,
-    changes: HashMap<Timer, Change, Fast>,
+    /// Every timer that is live or that the backend holds. ahash with a random seed: keys
+    /// come from the data.
+    timers: HashMap<Timer, Status, ahash::RandomState>,
+    /// The timers whose status changed since the last write-through (each once while its
+    /// entry lives; entries gone since are skipped, and dropped when the list outgrows the map).
+    touched: Vec<Timer>,
+    /// The list's length that triggers its next compaction.
+    compact_at: usize,
 }
 
 impl TimerQueue {
@@ -130,24 +136,32 @@ impl TimerQueue {
             // Constant, valid names.
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
             buckets: BTreeMap::new(),
-            live: HashSet::default(),
-            changes: HashMap::default(),
+            timers: HashMap::default(),
+            touched: Vec::new(),
+            compact_at: 1024,
         }
     }
 
-    fn note(&mut self, timer: Timer, change: Change) {
-        match (self.changes.get(&timer), change) {
-            // Added and gone between two write-throughs: the backend never hears of it.
-            (Some(Change::Added), Change::Removed) => {
-                self.changes.remove(&timer);
-            }
-            // Gone, then registered again: the backend still has it.
-            (Some(Change::Removed), Change::Added) => {
-                self.changes.remove(&timer);
-            }
-            _ => {
-                self.changes.insert(timer, change);
-            }
+    /// Puts `timer` on the touched list, once.
+    fn touch(touched: &mut Vec<Timer>, timer: &Timer, status: &mut Status) {
+        if !status.touched {
+            status.touched = true;
+            touched.push(timer.clone());
+        }
+    }
+
+    /// Drops the list's entries of timers gone since (registered and fired between two
+    /// write-throughs), once it has grown past `compact_at`: without barriers (a job that
+    /// never checkpoints) it would grow with every timer. A timer whose key only the list
+    /// still shares is gone from the map and from its bucket — no lookup needed to tell; the
+    /// few others gone (deleted, their bucket not passed yet) are skipped at the write-through.
+    ///
+    /// The next compaction waits until the list has doubled again, so each costs no more
+    /// than the pushes since the last one (deleted timers' entries may survive many).
+    fn compact_touched(&mut self) {
+        if self.touched.len() > self.compact_at {
+            self.touched.retain(|t| Arc::strong_count(&t.2) > 1);
+            self.compact_at = 2 * self.touched.len().max(self.timers.len()) + 1024;
         }
     }
 
@@ -155,17 +169,43 @@ impl TimerQueue {
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
         // One hash for a new timer (the usual case), at the price of a copy of the key for
         // one that exists.
-        let timer = Timer(ts, key_group, Arc::from(key));
-        if self.live.insert(timer.clone()) {
-            self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
-            self.note(timer, Change::Added);
+        match self.timers.entry(Timer(ts, key_group, Arc::from(key))) {
+            Entry::Occupied(mut e) => {
+                if e.get().live {
+                    return;
+                }
+                // Deleted since the backend learnt of it: live again, no change to write.
+                let (timer, status) = (e.key().clone(), e.get_mut());
+                status.live = true;
+                self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+            }
+            Entry::Vacant(e) => {
+                let timer = e.key().clone();
+                self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+                e.insert(Status { live: true, stored: false, touched: true });
+                self.touched.push(timer);
+                self.compact_touched();
+            }
         }
     }
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        if let Some(timer) = self.live.take(&(ts, key_group, key) as &dyn TimerId) {
-            self.note(timer, Change::Removed);
+        let id = &(ts, key_group, key) as &dyn TimerId;
+        let Some(status) = self.timers.get_mut(id) else { return };
+        if !status.live {
+            return;
+        }
+        if status.stored {
+            status.live = false;
+            if !status.touched {
+                status.touched = true;
+                let timer = Timer(ts, key_group, Arc::from(key));
+                self.touched.push(timer);
+            }
+        } else {
+            // Registered and gone between two write-throughs: the backend never hears of it.
+            self.timers.remove(id);
         }
     }
 
@@ -184,13 +224,20 @@ impl TimerQueue {
             if first.get().is_empty() {
                 first.remove();
             }
-            let timer = Timer(ts, key_group, key);
-            if self.live.remove(&timer) {
-                let due = (ts, key_group, timer.2.to_vec());
-                self.note(timer, Change::Removed);
-                return Some(due);
+            let Entry::Occupied(mut e) = self.timers.entry(Timer(ts, key_group, key)) else { continue };
+            if !e.get().live {
+                // A deleted (or already fired) timer's entry: skip it.
+                continue;
             }
-            // A deleted (or already fired) timer's entry: skip it.
+            let due = (ts, key_group, e.key().2.to_vec());
+            if e.get().stored {
+                let (timer, status) = (e.key().clone(), e.get_mut());
+                status.live = false;
+                Self::touch(&mut self.touched, &timer, status);
+            } else {
+                e.remove();
+            }
+            return Some(due);
         }
     }
 
@@ -202,22 +249,37 @@ impl TimerQueue {
     /// Number of live timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.live.len()
+        self.timers.values().filter(|s| s.live).count()
     }
 
     /// Writes the timers registered and removed since the last write-through to the backend.
     pub(crate) fn write_through(&mut self, backend: &mut dyn KeyedStateBackend) -> Result<()> {
-        if self.changes.is_empty() {
+        if self.touched.is_empty() {
             return Ok(());
         }
         let mut batch = StateWriteBatch::new();
-        for (Timer(ts, key_group, key), change) in self.changes.drain() {
-            let time = encode_time(ts);
-            let mut sk = StateKey::new(key_group, &self.state, &key);
+        for timer in std::mem::take(&mut self.touched) {
+            let Entry::Occupied(mut e) = self.timers.entry(timer) else { continue };
+            let Status { live, stored, touched } = *e.get();
+            if !touched {
+                continue; // listed twice (gone and registered again): done already
+            }
+            e.get_mut().touched = false;
+            let Timer(ts, key_group, key) = e.key();
+            let time = encode_time(*ts);
+            let mut sk = StateKey::new(*key_group, &self.state, key);
             sk.namespace = &time;
-            match change {
-                Change::Added => batch.put(&sk, &[])?,
-                Change::Removed => batch.delete(&sk)?,
+            match (live, stored) {
+                (true, false) => {
+                    batch.put(&sk, &[])?;
+                    e.get_mut().stored = true;
+                }
+                (false, true) => {
+                    batch.delete(&sk)?;
+                    e.remove();
+                }
+                // Deleted and registered again, or nothing to say.
+                _ => {}
             }
         }
         Ok(backend.write_batch(batch)?)
@@ -226,8 +288,9 @@ impl TimerQueue {
     /// Rebuilds the queue from the backend (after a restore).
     fn rebuild(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
         self.buckets.clear();
-        self.live.clear();
-        self.changes.clear();
+        self.timers.clear();
+        self.touched.clear();
+        self.compact_at = 1024;
         for kg in backend.key_groups().iter() {
             let mut prefix = Vec::new();
             StateKey::new(kg, &self.state, &[]).encode_into(&mut prefix)?;
@@ -244,8 +307,9 @@ impl TimerQueue {
                     let Some(d) = decode_key(&e.key) else { continue };
                     if let Some(ts) = decode_time(d.namespace) {
                         let timer = Timer(ts, kg, Arc::from(d.key));
-                        if self.live.insert(timer.clone()) {
-                            self.buckets.entry(ts).or_default().push((kg, timer.2));
+                        if let Entry::Vacant(e) = self.timers.entry(timer) {
+                            self.buckets.entry(ts).or_default().push((kg, e.key().2.clone()));
+                            e.insert(Status { live: true, stored: true, touched: false });
                         }
                     }
                 }
@@ -333,6 +397,39 @@ mod tests {
         let mut again = Timers::default();
         again.rebuild(&backend).unwrap();
         assert_eq!((again.event.len(), again.processing.len()), (0, 1), "fired timers leave the backend");
+    }
+
+    #[test]
+    fn without_barriers_the_list_of_changes_stays_bounded_and_the_next_write_through_is_exact() {
+        let mut backend = HeapStateBackend::new(KeyGroupRange::all(8));
+        let mut timers = Timers::default();
+        timers.event.register(5_000_000, 0, b"stored");
+        timers.write_through(&mut backend).unwrap();
+        // 100,000 timers registered and fired between two barriers (a job without checkpoints).
+        for i in 0..100_000i64 {
+            timers.event.register(10 + i, (i % 8) as u16, &i.to_be_bytes());
+            assert_eq!(timers.event.pop_due(10 + i).map(|t| t.0), Some(10 + i));
+            // At most two timers live (the stored one and this one): the list stays short.
+            assert!(timers.event.touched.len() <= 2 * 2 + 2050, "{} at {i}", timers.event.touched.len());
+        }
+        // 100,000 registered and deleted at once (the silence detector's pattern): their bucket
+        // entries stay until their time, so compaction keeps them; it must not run per call.
+        let started = std::time::Instant::now();
+        for i in 0..100_000i64 {
+            timers.event.register(2_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
+            timers.event.delete(2_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+        assert!(timers.event.touched.len() <= 2 * 100_000 + 1025, "{}", timers.event.touched.len());
+        timers.event.register(1_000_000, 3, b"new");
+        timers.event.register(1_000_001, 4, b"deleted");
+        timers.event.delete(1_000_001, 4, b"deleted");
+        timers.event.delete(5_000_000, 0, b"stored");
+        timers.write_through(&mut backend).unwrap();
+        let mut rebuilt = Timers::default();
+        rebuilt.rebuild(&backend).unwrap();
+        assert_eq!(rebuilt.event.len(), 1, "only the new timer is in the backend");
+        assert_eq!(rebuilt.event.pop_due(i64::MAX), Some((1_000_000, 3, b"new".to_vec())));
     }
 
     #[test]
