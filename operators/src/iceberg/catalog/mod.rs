@@ -51,9 +51,9 @@ pub(crate) async fn committing<F: Future>(checkpoint: u64, commit: F) -> F::Outp
 #[derive(Debug)]
 pub enum IcebergCatalog {
     /// The SQL ("JDBC") catalog in PostgreSQL.
-    Sql(PostgresCatalog),
+    Sql(Box<PostgresCatalog>),
     /// A REST catalog; new tables go under `warehouse`.
-    Rest { catalog: RestCatalog, warehouse: String },
+    Rest { catalog: Box<RestCatalog>, warehouse: String },
 }
 
 /// Opens the catalog at `url`: `postgres://…` (or `postgresql://…`) is the SQL catalog
@@ -69,11 +69,12 @@ pub async fn open(
 ) -> Result<IcebergCatalog> {
     if rest::is_rest_url(url) {
         let catalog = rest::connect(url, name, storage::factory(s3, retry)).await?;
-        return Ok(IcebergCatalog::Rest { catalog, warehouse: warehouse.trim_end_matches('/').to_string() });
+        let warehouse = warehouse.trim_end_matches('/').to_string();
+        return Ok(IcebergCatalog::Rest { catalog: Box::new(catalog), warehouse });
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let io = storage::file_io(s3, retry);
-        return Ok(IcebergCatalog::Sql(PostgresCatalog::connect(url, name, warehouse, io).await?));
+        return Ok(IcebergCatalog::Sql(Box::new(PostgresCatalog::connect(url, name, warehouse, io).await?)));
     }
     Err(Error::new(
         ErrorKind::DataInvalid,
@@ -100,8 +101,8 @@ impl IcebergCatalog {
 
     fn inner(&self) -> &dyn Catalog {
         match self {
-            IcebergCatalog::Sql(c) => c,
-            IcebergCatalog::Rest { catalog, .. } => catalog,
+            IcebergCatalog::Sql(c) => c.as_ref(),
+            IcebergCatalog::Rest { catalog, .. } => catalog.as_ref(),
         }
     }
 }
