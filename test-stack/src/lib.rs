@@ -1,6 +1,7 @@
 //! Tests only: the one gate of every test that needs a service of the test stack
 //! (`scripts/services.sh start`, whose `env` sets `CAUDAL_KAFKA_BROKERS`,
-//! `CAUDAL_SCHEMA_REGISTRY`, `CAUDAL_S3_ENDPOINT`, `CAUDAL_POSTGRES_URL`, …).
+//! `CAUDAL_SCHEMA_REGISTRY`, `CAUDAL_S3_ENDPOINT`, `CAUDAL_POSTGRES_URL`, and
+//! `CAUDAL_ICEBERG_REST_URL` once `start iceberg-rest` ran, …).
 //!
 //! In: the environment. Out: the service's address, or `None` — the test then says why and
 //! passes — unless the stack is required ([`required`]: `CAUDAL_REQUIRE_STACK` set to
