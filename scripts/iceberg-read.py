@@ -4,7 +4,9 @@ venv python ($CAUDAL_PYTHON):
 
     "$CAUDAL_PYTHON" scripts/iceberg-read.py CATALOG_URL CATALOG_NAME NAMESPACE.TABLE [S3_ENDPOINT]
 
-CATALOG_URL is the SQL catalog's database (postgres://user@host:port/db). The answer on stdout
+CATALOG_URL is the SQL catalog's database (postgres://user@host:port/db; CATALOG_NAME is the
+catalog's name in it) or a REST catalog (http://host:port or https://…; CATALOG_NAME is only a
+label). S3_ENDPOINT, when the tables' files are on S3. The answer on stdout
 is {"columns": [...], "snapshots": [{"id", "parent", "sequence", "summary", "rows"}, ...],
 "rows": [{...}, ...]}: the current snapshot's rows, and for every snapshot (oldest first)
 the rows it holds (time travel). Timestamps are answered as epoch milliseconds, floating
@@ -15,6 +17,7 @@ import os
 import sys
 
 import pyarrow as pa
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
 
@@ -35,7 +38,8 @@ def plain(v):
 
 def main():
     url, name, ident = sys.argv[1], sys.argv[2], sys.argv[3]
-    props = {"uri": url.replace("postgres://", "postgresql+psycopg2://", 1)}
+    rest = url.startswith(("http://", "https://"))
+    props = {"uri": url if rest else url.replace("postgres://", "postgresql+psycopg2://", 1)}
     if len(sys.argv) > 4:
         props.update({
             "s3.endpoint": sys.argv[4],
@@ -43,7 +47,8 @@ def main():
             "s3.secret-access-key": os.environ.get("CAUDAL_S3_SECRET_ACCESS_KEY", "test"),
             "s3.region": os.environ.get("CAUDAL_S3_REGION", "us-east-1"),
         })
-    table = SqlCatalog(name, **props).load_table(ident)
+    catalog = RestCatalog(name, **props) if rest else SqlCatalog(name, **props)
+    table = catalog.load_table(ident)
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
     answer = {
         "columns": [f.name for f in table.schema().fields],

@@ -10,8 +10,8 @@
 #   scripts/services.sh purge  [SERVICE...]   stop, then delete their data (PostgreSQL's too)
 #
 # SERVICE: kafka registry postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
-# cluster) and trino (Trino with an Iceberg catalog on the stack's PostgreSQL and S3), only when
-# named. See scripts/README.md.
+# cluster), trino (Trino with an Iceberg catalog on the stack's PostgreSQL and S3) and
+# iceberg-rest (an Iceberg REST catalog on the same), only when named. See scripts/README.md.
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,11 +51,20 @@ KAFKA_NODE_HEAP=${CAUDAL_KAFKA_NODE_HEAP:-384m}
 # Started only when named: Trino (from Maven Central; it needs Java 24+) with one catalog,
 # `lake`: Iceberg tables of the JDBC catalog `caudal` in the stack's PostgreSQL, files on its
 # S3 server. Needs postgres and s3 running.
-EXTRA_SERVICES=(trino)
+EXTRA_SERVICES=(trino iceberg-rest)
 TRINO_VERSION=${CAUDAL_TRINO_VERSION:-476}
 TRINO_PORT=${CAUDAL_TRINO_PORT:-18090}
 TRINO_HEAP=${CAUDAL_TRINO_HEAP:-1g}
 TRINO_HOME=$CACHE/trino-server-$TRINO_VERSION
+# Started only when named: an Iceberg REST catalog (Apache Iceberg's REST servlet, assembled by
+# scripts/iceberg-rest/pom.xml) over the JDBC catalog `caudal_rest` in the database
+# `iceberg_rest` of the stack's PostgreSQL (fresh at each start), files on its S3 server.
+# Needs postgres and s3 running.
+ICEBERG_REST_VERSION=1.10.1                    # must match scripts/iceberg-rest/pom.xml
+ICEBERG_REST_PORT=${CAUDAL_ICEBERG_REST_PORT:-18181}
+ICEBERG_REST_DATABASE=iceberg_rest
+ICEBERG_REST_CATALOG=caudal_rest
+ICEBERG_REST_HOME=$CACHE/iceberg-rest-$ICEBERG_REST_VERSION
 
 # ---------------------------------------------------------------------------------------------
 say()  { printf '%s\n' "$*"; }
@@ -77,7 +86,7 @@ svc_port() {
     kafka) echo "$KAFKA_PORT" ;; registry) echo "$REGISTRY_PORT" ;; postgres) echo "$POSTGRES_PORT" ;;
     redis) echo "$REDIS_PORT" ;; s3) echo "$S3_PORT" ;;
     kafka[123]) echo "${KAFKA_NODE_PORTS[${1#kafka} - 1]}" ;;
-    trino) echo "$TRINO_PORT" ;;
+    trino) echo "$TRINO_PORT" ;; iceberg-rest) echo "$ICEBERG_REST_PORT" ;;
   esac
 }
 svc_dir() { echo "$STACK/$1"; }
@@ -102,7 +111,7 @@ svc_addr() {
     registry) echo "http://$HOST:$p/apis/ccompat/v7" ;;
     postgres) echo "postgres://caudal@$HOST:$p/caudal" ;;
     redis) echo "redis://$HOST:$p/" ;;
-    s3|trino) echo "http://$HOST:$p" ;;
+    s3|trino|iceberg-rest) echo "http://$HOST:$p" ;;
   esac
 }
 # What the process of each service must look like (guards against a recycled pid).
@@ -115,6 +124,7 @@ svc_marker() {
     redis) echo "redis-server" ;;
     s3) echo "moto_server" ;;
     trino) echo "-Dcaudal.trino=$STACK" ;;
+    iceberg-rest) echo "-Dcaudal.iceberg-rest=$STACK" ;;
   esac
 }
 svc_pid() { # pid of our running instance, or nothing
@@ -149,7 +159,7 @@ check_tools() {
   local s
   for s in "$@"; do
     case $s in
-      kafka|kafka[123]|registry) command -v java >/dev/null && command -v mvn >/dev/null || need_install=1 ;;
+      kafka|kafka[123]|registry|iceberg-rest) command -v java >/dev/null && command -v mvn >/dev/null || need_install=1 ;;
       redis) command -v redis-server >/dev/null && command -v redis-cli >/dev/null || need_install=1 ;;
       postgres) [[ -n $(pg_bindir) ]] && command -v psql >/dev/null || need_install=1 ;;
     esac
@@ -431,15 +441,19 @@ registry_launch() {
 # Drops and creates the registry's database; waits for PostgreSQL first (the services are
 # launched together, and PostgreSQL may still be starting).
 registry_fresh_database() { # PORT
-  local port=$1 deadline=$((SECONDS + TIMEOUT))
+  fresh_database registry "$REGISTRY_DATABASE" "$1"
+}
+
+fresh_database() { # SERVICE DATABASE PORT
+  local svc=$1 db=$2 port=$3 deadline=$((SECONDS + TIMEOUT))
   until POSTGRES_PORT=$port postgres_ready; do
-    ((SECONDS < deadline)) || die "registry: its storage, postgres, is not up after ${TIMEOUT}s (scripts/services.sh start postgres registry)"
+    ((SECONDS < deadline)) || die "$svc: its storage, postgres, is not up after ${TIMEOUT}s (scripts/services.sh start postgres $svc)"
     sleep 0.5
   done
   psql -X -q -h "$HOST" -p "$port" -U caudal -d postgres \
-    -c "DROP DATABASE IF EXISTS $REGISTRY_DATABASE WITH (FORCE)" \
-    -c "CREATE DATABASE $REGISTRY_DATABASE" >/dev/null \
-    || die "registry: could not make its database $REGISTRY_DATABASE in postgres"
+    -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
+    -c "CREATE DATABASE $db" >/dev/null \
+    || die "$svc: could not make its database $db in postgres"
 }
 
 registry_ready() { curl -sf -o /dev/null "http://$HOST:$REGISTRY_PORT/apis/ccompat/v7/subjects"; }
@@ -737,11 +751,67 @@ trino_ready() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Iceberg REST catalog (only when named), assembled by scripts/iceberg-rest/pom.xml
+
+iceberg_rest_prepare() {
+  is_running postgres && is_running s3 || die "iceberg-rest: needs postgres and s3 running (scripts/services.sh start postgres s3 iceberg-rest)"
+  local libs="$ICEBERG_REST_HOME/libs" want
+  want="$(src_hash "$SCRIPTS_DIR/iceberg-rest")-$ICEBERG_REST_VERSION"
+  if [[ -f $libs/caudal-iceberg-rest-1.jar && $(cat "$ICEBERG_REST_HOME/.stamp" 2>/dev/null) == "$want" ]]; then
+    return 0
+  fi
+  info "assembling the Iceberg $ICEBERG_REST_VERSION REST catalog from Maven Central into $libs"
+  mkdir -p "$ICEBERG_REST_HOME"
+  rm -rf "$libs.tmp"
+  mvn_build "$SCRIPTS_DIR/iceberg-rest" "$ICEBERG_REST_HOME/build" "$ICEBERG_REST_HOME/build.log" \
+    -Dlibs.dir="$libs.tmp"
+  [[ -f $libs.tmp/caudal-iceberg-rest-1.jar ]] || die "caudal-iceberg-rest-1.jar missing after the Maven build"
+  rm -rf "$libs"; mv "$libs.tmp" "$libs"; rm -rf "$ICEBERG_REST_HOME/build"
+  echo "$want" >"$ICEBERG_REST_HOME/.stamp"
+}
+
+# The catalog's tables live in the database iceberg_rest, made empty at each start like the
+# S3 server's objects (moto keeps them in memory): a table of an earlier stack would point to
+# metadata that is gone.
+iceberg_rest_launch() {
+  local d="$STACK/iceberg-rest" java pg s3
+  java=$(java_bin); pg=$(running_port postgres); s3=$(running_port s3)
+  fresh_database iceberg-rest "$ICEBERG_REST_DATABASE" "$pg"
+  cat >"$d/catalog.properties" <<EOF
+# generated by scripts/services.sh -- edits are overwritten at each start
+rest.host=$HOST
+rest.port=$ICEBERG_REST_PORT
+catalog.name=$ICEBERG_REST_CATALOG
+catalog-impl=org.apache.iceberg.jdbc.JdbcCatalog
+uri=jdbc:postgresql://$HOST:$pg/$ICEBERG_REST_DATABASE
+jdbc.user=caudal
+jdbc.password=unused
+# the tables' layout pyiceberg's SqlCatalog and Trino share (iceberg_type column)
+jdbc.schema-version=V1
+warehouse=s3://$S3_BUCKET/iceberg-rest
+io-impl=org.apache.iceberg.aws.s3.S3FileIO
+s3.endpoint=http://$HOST:$s3
+s3.path-style-access=true
+s3.access-key-id=test
+s3.secret-access-key=test
+client.region=us-east-1
+http-client.type=urlconnection
+EOF
+  launch "$d/iceberg-rest.log" "$java" -Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dcaudal.iceberg-rest="$STACK" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -Dorg.slf4j.simpleLogger.showDateTime=true \
+    -cp "$ICEBERG_REST_HOME/libs/*" dev.caudal.teststack.IcebergRestCatalog "$d/catalog.properties" \
+    >"$d/iceberg-rest.pid"
+}
+
+iceberg_rest_ready() { curl -sf -o /dev/null "http://$HOST:$ICEBERG_REST_PORT/v1/config"; }
+
+# ---------------------------------------------------------------------------------------------
 
 svc_prepare() {
   case $1 in
     kafka|kafka[123]) kafka_prepare ;; registry) registry_prepare ;; postgres) postgres_prepare ;;
-    redis|s3) : ;; trino) trino_prepare ;;
+    redis|s3) : ;; trino) trino_prepare ;; iceberg-rest) iceberg_rest_prepare ;;
   esac
 }
 
@@ -751,7 +821,8 @@ check_port_free() {
   p=$(svc_port "$s")
   port_open "$p" || return 0
   owner=$(port_owner "$p")
-  die "$s: port $p on $HOST is already in use${owner:+ by pid $owner ($(cmdline "$owner" | cut -c1-120))}; stop it or set CAUDAL_${s^^}_PORT"
+  local var=${s//-/_}
+  die "$s: port $p on $HOST is already in use${owner:+ by pid $owner ($(cmdline "$owner" | cut -c1-120))}; stop it or set CAUDAL_${var^^}_PORT"
 }
 
 svc_stop() {
@@ -798,6 +869,10 @@ write_env() {
     for s in "${NODE_SERVICES[@]}"; do is_running "$s" && nodes+=("$(svc_addr "$s")"); done
     if ((${#nodes[@]})); then any=1; echo "export CAUDAL_KAFKA_CLUSTER_BROKERS=$(IFS=,; echo "${nodes[*]}")"; fi
     if is_running trino; then any=1; echo "export CAUDAL_TRINO_URL=$(svc_addr trino)"; fi
+    if is_running iceberg-rest; then
+      any=1
+      echo "export CAUDAL_ICEBERG_REST_URL=$(svc_addr iceberg-rest)"
+    fi
     [[ -x $VENV/bin/python ]] && echo "export CAUDAL_PYTHON=$VENV/bin/python"
     echo "export CAUDAL_STACK_DIR=$STACK"
   } >"$f.tmp"
@@ -809,19 +884,19 @@ print_status() { # -> 0 if all given services are up
   for s in "$@"; do
     pid=$(svc_pid "$s")
     if [[ -n $pid ]] && port_open "$(running_port "$s")"; then
-      printf '%-9s up    %-45s pid %s\n' "$s" "$(svc_addr "$s")" "$pid"
+      printf '%-12s up    %-45s pid %s\n' "$s" "$(svc_addr "$s")" "$pid"
     elif [[ -n $pid ]]; then
       rc=3
-      printf '%-9s starting/unhealthy (pid %s, port closed)  %s  log: %s\n' "$s" "$pid" "$(svc_addr "$s")" "$(svc_log "$s")"
+      printf '%-12s starting/unhealthy (pid %s, port closed)  %s  log: %s\n' "$s" "$pid" "$(svc_addr "$s")" "$(svc_log "$s")"
     else
       rc=3
       p=$(svc_port "$s"); owner=
       port_open "$p" && owner=$(port_owner "$p")
       if port_open "$p"; then
-        printf '%-9s down  %-45s port held by another process%s\n' "$s" "$(svc_addr "$s")" \
+        printf '%-12s down  %-45s port held by another process%s\n' "$s" "$(svc_addr "$s")" \
           "${owner:+: pid $owner $(cmdline "$owner" | cut -c1-60)}"
       else
-        printf '%-9s down  %s\n' "$s" "$(svc_addr "$s")"
+        printf '%-12s down  %s\n' "$s" "$(svc_addr "$s")"
       fi
     fi
   done
@@ -849,14 +924,14 @@ cmd_start() {
     case $s in
       kafka) kafka_launch ;; registry) registry_launch ;; postgres) postgres_launch ;;
       redis) redis_launch ;; s3) s3_launch ;; kafka[123]) kafka_node_launch "${s#kafka}" ;;
-      trino) trino_launch ;;
+      trino) trino_launch ;; iceberg-rest) iceberg_rest_launch ;;
     esac
     started+=("$s")
   done
   for s in "${started[@]}"; do
     t0=$SECONDS; deadline=$((SECONDS + TIMEOUT))
     while :; do
-      if "${s}_ready"; then break; fi
+      if "${s//-/_}_ready"; then break; fi
       pid=$(read_pid "$(svc_pidfile "$s")")
       if [[ $s != postgres ]] && ! alive "$pid"; then
         tail_log "$s"; die "$s exited during startup"
@@ -866,7 +941,7 @@ cmd_start() {
       fi
       sleep 0.5
     done
-    declare -F "${s}_post_start" >/dev/null && "${s}_post_start"
+    declare -F "${s//-/_}_post_start" >/dev/null && "${s//-/_}_post_start"
     info "$s ready in $((SECONDS - t0))s"
   done
   # A PostgreSQL that already ran gets what newer versions of this script set up.
@@ -914,7 +989,8 @@ for s in "${services[@]}"; do
   [[ " ${ALL_SERVICES[*]} ${NODE_SERVICES[*]} ${EXTRA_SERVICES[*]} " == *" $s "* ]] \
     || die "unknown service '$s' (one of: ${ALL_SERVICES[*]} ${NODE_SERVICES[*]} ${EXTRA_SERVICES[*]})"
 done
-# keep the canonical order (start: postgres redis s3 kafka registry kafka1..3 trino; stop: the reverse)
+# keep the canonical order (start: postgres redis s3 kafka registry kafka1..3 trino iceberg-rest;
+# stop: the reverse)
 ordered=()
 for s in "${ALL_SERVICES[@]}" "${NODE_SERVICES[@]}" "${EXTRA_SERVICES[@]}"; do [[ " ${services[*]} " == *" $s "* ]] && ordered+=("$s"); done
 

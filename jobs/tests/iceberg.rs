@@ -1,6 +1,7 @@
 //! Exactly-once into Iceberg, judged by an independent reader: the temperature job writes
 //! its readings and window statistics into Iceberg tables (the SQL catalog in the test
-//! stack's PostgreSQL, files in a local warehouse or on the S3 server), and pyiceberg
+//! stack's PostgreSQL or its REST catalog, files in a local warehouse or on the S3 server),
+//! and pyiceberg
 //! (`scripts/iceberg-read.py`) reads them back — after a clean bounded run, after a SIGKILL
 //! at each crash point of the commit protocol and at random moments. The rows must be
 //! exactly what the generator's input implies (`common/oracle.rs`, without the engine):
@@ -55,6 +56,13 @@ impl Lake {
             s3: endpoint,
             env,
         })
+    }
+
+    /// The stack's REST catalog (`scripts/services.sh start iceberg-rest`), tables on S3
+    /// (its server writes their metadata there).
+    fn rest() -> Option<Lake> {
+        let [catalog, python] = caudal_test_stack::services(["CAUDAL_ICEBERG_REST_URL", "CAUDAL_PYTHON"])?;
+        Some(Lake { catalog, python, ..Lake::s3()? })
     }
 
     fn args(&self, base: Vec<String>) -> Vec<String> {
@@ -242,24 +250,41 @@ fn a_bounded_run_into_an_s3_warehouse_is_read_back_by_pyiceberg_exactly() {
     clean_run(lake);
 }
 
+/// The REST catalog instead of the SQL one: the same rows, snapshots and time travel, read
+/// back by pyiceberg's `RestCatalog`, and `caudal iceberg snapshots` through the same URL.
+#[test]
+fn a_bounded_run_through_the_rest_catalog_is_read_back_by_pyiceberg_exactly() {
+    let Some(lake) = Lake::rest() else { return };
+    clean_run(lake);
+}
+
 /// Kills the job at `point` of checkpoint 2, restores it until it finishes, and checks the
 /// lake (and the file sink) against the oracle.
 fn crash_at(point: &str, restore_crash: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let Some(lake) = Lake::local(dir.path()) else { return };
+    crash_in(&lake, point, restore_crash);
+}
+
+/// [`crash_at`] into `lake`.
+fn crash_in(lake: &Lake, point: &str, restore_crash: Option<&str>) {
     let d = dirs();
     let args = lake.args(base_args(&d.out, &d.ckpt, 2));
-    let (status, err) = wait(spawn(&args, false, &[("CAUDAL__TEST_CRASH_AT", format!("{point}:2"))]));
+    let with = |crash: String| {
+        let mut env = lake.env.clone();
+        env.push(("CAUDAL__TEST_CRASH_AT", crash));
+        env
+    };
+    let (status, err) = wait(spawn(&args, false, &with(format!("{point}:2"))));
     assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
     assert!(err.contains(&format!("crash point {point}")), "{err}");
     if let Some(again) = restore_crash {
         let restored = latest_checkpoint(&d.ckpt).unwrap();
-        let (status, err) =
-            wait(spawn(&args, true, &[("CAUDAL__TEST_CRASH_AT", format!("{again}:{restored}"))]));
+        let (status, err) = wait(spawn(&args, true, &with(format!("{again}:{restored}"))));
         assert_eq!(status.signal(), Some(9), "the crash point {again} was not reached: {status} {err}");
     }
-    finish_with(&args, &[]);
-    assert_lake_equals_model(&lake, point);
+    finish_with(&args, &lake.env);
+    assert_lake_equals_model(lake, point);
     assert_equals_expected(&d, point);
 }
 
@@ -281,6 +306,44 @@ fn killed_during_the_commit_before_the_catalog_update_the_lake_is_exact() {
 #[test]
 fn killed_during_the_commit_after_the_catalog_update_the_lake_is_exact() {
     crash_at("iceberg-after-catalog-update", None);
+}
+
+/// Through the REST catalog: killed after the server took the commit of checkpoint 2 and
+/// before the committer heard the answer — the restore reads the table, finds checkpoint 2
+/// there and does not commit it again.
+#[test]
+fn killed_after_the_rest_catalog_took_the_commit_the_lake_is_exact() {
+    let Some(lake) = Lake::rest() else { return };
+    crash_in(&lake, "iceberg-after-catalog-update", None);
+}
+
+/// Through the REST catalog: killed before the commit of checkpoint 2 was sent (its manifests
+/// written) — the restore commits it, once.
+#[test]
+fn killed_before_the_rest_catalog_update_the_lake_is_exact() {
+    let Some(lake) = Lake::rest() else { return };
+    crash_in(&lake, "iceberg-before-catalog-update", None);
+}
+
+/// Through the REST catalog, the answer to the commit of the readings' first checkpoint is
+/// lost on the way back (the server applied it; the connection closes as its answer starts):
+/// the committer does not send it again blindly — it reads the table, finds the checkpoint
+/// there, and goes on. The lake is exact, one snapshot per checkpoint.
+#[test]
+fn a_rest_commit_whose_answer_is_lost_is_found_in_the_table_not_sent_again() {
+    let Some(mut lake) = Lake::rest() else { return };
+    let link =
+        common::faulty_link::FaultyLink::to(lake.catalog.trim_start_matches("http://").trim_end_matches('/'));
+    lake.catalog = link.url();
+    link.lose_answers(&format!("POST /v1/namespaces/{}/tables/readings ", lake.namespace), 1);
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let (status, err) = wait(spawn(&args, false, &lake.env));
+    assert!(status.success(), "the run failed: {err}");
+    assert_eq!(link.answers_lost(), 1, "no commit answer was lost: {err}");
+    assert!(err.contains("was committed before (found in the table): not again"), "{err}");
+    assert_lake_equals_model(&lake, "a lost commit answer");
+    assert_equals_expected(&d, "a lost commit answer");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Tests only: the one gate of every test that needs a service of the test stack
 //! (`scripts/services.sh start`, whose `env` sets `CAUDAL_KAFKA_BROKERS`,
-//! `CAUDAL_SCHEMA_REGISTRY`, `CAUDAL_S3_ENDPOINT`, `CAUDAL_POSTGRES_URL`, …).
+//! `CAUDAL_SCHEMA_REGISTRY`, `CAUDAL_S3_ENDPOINT`, `CAUDAL_POSTGRES_URL`, and
+//! `CAUDAL_ICEBERG_REST_URL` once `start iceberg-rest` ran, …).
 //!
 //! In: the environment. Out: the service's address, or `None` — the test then says why and
 //! passes — unless the stack is required ([`required`]: `CAUDAL_REQUIRE_STACK` set to
@@ -20,9 +21,13 @@ pub fn services<const N: usize>(vars: [&str; N]) -> Option<[String; N]> {
         return Some(values.map(Option::unwrap_or_default));
     }
     let missing: Vec<&str> = vars.iter().zip(&values).filter(|(_, v)| v.is_none()).map(|(n, _)| *n).collect();
+    // The services started only when named.
+    let named: Vec<&str> =
+        missing.iter().filter_map(|m| (*m == "CAUDAL_ICEBERG_REST_URL").then_some("iceberg-rest")).collect();
     let why = format!(
-        "{} not set: run scripts/services.sh start and eval \"$(scripts/services.sh env)\"",
-        missing.join(", ")
+        "{} not set: run scripts/services.sh start{} and eval \"$(scripts/services.sh env)\"",
+        missing.join(", "),
+        if named.is_empty() { String::new() } else { format!(" (then start {})", named.join(" ")) }
     );
     assert!(!required(), "{why} (CAUDAL_REQUIRE_STACK is set: the test stack must run)");
     eprintln!("skipped: {why}");

@@ -318,11 +318,12 @@ struct Args {
     /// Also write window statistics into this Iceberg table (partitioned on window_start).
     #[arg(long, value_name = "NAMESPACE.TABLE")]
     iceberg_windows_table: Option<String>,
-    /// The Iceberg SQL catalog's database (postgres://user@host:port/db): the JDBC
-    /// catalog's tables, which Trino, Spark and pyiceberg read.
+    /// The Iceberg catalog: the SQL catalog's database (postgres://user@host:port/db: the
+    /// JDBC catalog's tables, which Trino, Spark and pyiceberg read) or a REST catalog
+    /// (http://host:port or https://…, the URL whose /v1/config answers).
     #[arg(long, value_name = "URL")]
     iceberg_catalog: Option<String>,
-    /// The catalog's name in that database.
+    /// The SQL catalog's name in that database (a REST catalog: only a label).
     #[arg(long, value_name = "NAME", default_value = "caudal")]
     iceberg_catalog_name: String,
     /// Where new Iceberg tables go: a directory or s3://bucket/prefix (S3 settings:

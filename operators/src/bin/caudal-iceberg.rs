@@ -1,22 +1,23 @@
 //! `caudal-iceberg` (also reached as `caudal iceberg …`): the Iceberg tables Caudal writes.
 //!
 //! ```text
-//! caudal iceberg snapshots NAMESPACE.TABLE --catalog postgres://… [--catalog-name NAME]
+//! caudal iceberg snapshots NAMESPACE.TABLE --catalog postgres://…|http(s)://… [--catalog-name NAME]
 //! ```
 //!
 //! `snapshots` lists the table's snapshots, oldest first: id, parent, commit time, the
 //! Caudal job, sink, run and checkpoint id of each (the summary the committer writes), and
-//! the records and files it added. S3 settings for an S3 warehouse come from the
-//! `CAUDAL__S3__*` variables, as for jobs. Exit status 0: done; 1: the catalog or the table
-//! failed; 2: bad usage.
+//! the records and files it added. The catalog is the SQL catalog (`postgres://…`, the
+//! catalog `NAME` in it, default `caudal`) or a REST catalog (`http://…`, `https://…`). S3
+//! settings for an S3 warehouse come from the `CAUDAL__S3__*` variables, as for jobs. Exit
+//! status 0: done; 1: the catalog or the table failed; 2: bad usage.
 
 use caudal_operators::archive::partition::civil_from_days;
-use caudal_operators::iceberg::{storage, summary, PostgresCatalog};
+use caudal_operators::iceberg::{open_catalog, summary};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: caudal iceberg snapshots NAMESPACE.TABLE --catalog postgres://… [--catalog-name NAME]";
+    "usage: caudal iceberg snapshots NAMESPACE.TABLE --catalog postgres://…|http(s)://… [--catalog-name NAME]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,9 +66,8 @@ fn snapshots(table: &str, url: &str, name: &str) -> Result<String, String> {
         caudal::JobConfig::default().with_env_overrides().map_err(|e| e.to_string())?.checkpoints.storage.s3;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let catalog = PostgresCatalog::connect(url, name, "", storage::file_io(&s3, &Default::default()))
-            .await
-            .map_err(|e| format!("{e:#}"))?;
+        let catalog =
+            open_catalog(url, name, "", &s3, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
         let table = catalog.load_table(&ident).await.map_err(|e| format!("{e:#}"))?;
         let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
         snapshots.sort_by_key(|s| s.sequence_number());

@@ -8,7 +8,11 @@
 //! checkpoint id. Before every attempt it reads the table: an epoch whose checkpoint id is
 //! already in the run's newest snapshot (walking back from the current one) is not
 //! committed again — a commit that landed before a crash, or before an answer was lost, is
-//! never repeated (Flink's `max-committed-checkpoint-id` rule).
+//! never repeated (Flink's `max-committed-checkpoint-id` rule). That look comes before every
+//! retry too: a conflict is not retried inside Iceberg's transaction (it would append the
+//! files again on top of whatever came first), and a commit whose answer was lost — the SQL
+//! catalog's connection dropped, a REST catalog's `5xx` or timeout — is retried only after
+//! the table has been read again ([`super::catalog`]).
 //!
 //! **Restore from `m`.** The pending epochs `≤ m` of the restored snapshot belong to
 //! completed checkpoints: they are committed (unless already in the table). Then every data
@@ -165,7 +169,7 @@ impl IcebergCommitter {
                 .set_snapshot_properties(props);
             let tx = append.apply(tx).map_err(|e| classify(&e))?;
             let (catalog, rt) = c.catalog()?;
-            match rt.block_on(tx.commit(catalog)) {
+            match rt.block_on(super::catalog::committing(epoch, tx.commit(catalog))) {
                 Ok(t) => Ok(Some(t)),
                 Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
                     Err(Failure::Transient(format!("another writer committed first: {e:#}")))

@@ -37,15 +37,18 @@ impl std::str::FromStr for Partitioning {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IcebergConfig {
-    /// The SQL catalog's database: `postgres://user@host:port/db` (the JDBC catalog's
-    /// `iceberg_tables` schema, which Java, Trino, Spark and pyiceberg share).
+    /// The catalog: the SQL catalog's database, `postgres://user@host:port/db` (the JDBC
+    /// catalog's `iceberg_tables` schema, which Java, Trino, Spark and pyiceberg share), or a
+    /// REST catalog's base URL, `http://host:port[/path]` or `https://…` (the one whose
+    /// `/v1/config` answers).
     pub catalog_url: String,
-    /// The catalog's name inside that database (`catalog_name` column; Java's and
-    /// pyiceberg's catalog name).
+    /// The SQL catalog's name inside that database (`catalog_name` column; Java's and
+    /// pyiceberg's catalog name); for a REST catalog only a label in errors.
     #[serde(default = "default_catalog_name")]
     pub catalog_name: String,
     /// Where new tables are placed: a directory, `file:///absolute/path` or
-    /// `s3://bucket/prefix` (a table lives at `<warehouse>/<namespace>/<table>`).
+    /// `s3://bucket/prefix` (a table lives at `<warehouse>/<namespace>/<table>`). A REST
+    /// catalog's server writes the tables' metadata there too: it must reach it (S3).
     pub warehouse: String,
     /// `namespace.table` (the namespace may have several levels: `a.b.table`).
     pub table: String,
@@ -142,11 +145,19 @@ impl IcebergConfig {
 
     /// Checks every setting, naming the one at fault.
     pub fn validate(&self) -> Result<()> {
-        if !(self.catalog_url.starts_with("postgres://") || self.catalog_url.starts_with("postgresql://")) {
+        let url = &self.catalog_url;
+        let sql = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        if !sql && !super::catalog::rest::is_rest_url(url) {
             return Err(Error::config(
                 "iceberg.catalog_url",
-                format!("`{}` is not a postgres:// URL (the SQL catalog's database)", self.catalog_url),
+                format!(
+                    "`{url}` is neither a postgres:// URL (the SQL catalog's database) nor an \
+                     http:// or https:// URL (a REST catalog)"
+                ),
             ));
+        }
+        if !sql && url.trim_end_matches('/').split_once("://").is_none_or(|(_, rest)| rest.is_empty()) {
+            return Err(Error::config("iceberg.catalog_url", format!("`{url}` names no host")));
         }
         if self.catalog_name.trim().is_empty() {
             return Err(Error::config("iceberg.catalog_name", "is empty"));
@@ -173,7 +184,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_table_needs_a_namespace_and_a_catalog_a_postgres_url() {
+    fn a_table_needs_a_namespace_and_a_catalog_a_postgres_or_rest_url() {
         let c = IcebergConfig::new("postgres://u@h/db", "/tmp/w", "sensors.readings");
         assert_eq!(c.table_ident().unwrap(), (vec!["sensors".to_string()], "readings".to_string()));
         let nested = IcebergConfig::new("postgres://u@h/db", "/tmp/w", "a.b.t");
@@ -182,8 +193,14 @@ mod tests {
             let err = IcebergConfig::new("postgres://u@h/db", "/tmp/w", bad).validate().unwrap_err();
             assert!(err.to_string().contains("iceberg.table"), "{err}");
         }
-        let err = IcebergConfig::new("mysql://h/db", "/tmp/w", "a.b").validate().unwrap_err();
-        assert!(err.to_string().contains("iceberg.catalog_url"), "{err}");
+        for bad in ["mysql://h/db", "http://", "https:///", "127.0.0.1:8181"] {
+            let err = IcebergConfig::new(bad, "/tmp/w", "a.b").validate().unwrap_err();
+            assert!(err.to_string().contains("iceberg.catalog_url"), "{bad}: {err}");
+        }
+        for good in ["postgresql://h/db", "http://127.0.0.1:8181", "https://catalog.example.com/api/catalog/"]
+        {
+            IcebergConfig::new(good, "/tmp/w", "a.b").validate().unwrap();
+        }
         let err = IcebergConfig::new("postgres://h/db", "gs://x", "a.b").validate().unwrap_err();
         assert!(err.to_string().contains("iceberg.warehouse"), "{err}");
         assert_eq!("day".parse::<Partitioning>(), Ok(Partitioning::Day));

@@ -3,8 +3,9 @@
 //! DuckDB read.
 //!
 //! **In:** records with an Avro schema ([`caudal_schemas::AvroRecord`]; the table's schema
-//! is derived from it). **Out:** a table in the SQL catalog ([`catalog`], PostgreSQL) whose
-//! files live in a local directory or an S3 bucket ([`storage`]).
+//! is derived from it). **Out:** a table in the SQL catalog (PostgreSQL) or a REST catalog
+//! ([`catalog`]: picked by the URL) whose files live in a local directory or an S3 bucket
+//! ([`storage`]).
 //!
 //! ```text
 //! stream ─► IcebergWriter × p ──DataFiles (ahead of each barrier)──► IcebergCommitter × 1
@@ -36,7 +37,7 @@ pub mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use catalog::PostgresCatalog;
+pub use catalog::{open as open_catalog, IcebergCatalog, PostgresCatalog};
 pub use committer::{committed_checkpoint, IcebergCommitter};
 pub use config::{IcebergConfig, Partitioning};
 pub use table::summary;

@@ -46,7 +46,13 @@ fn client_retry(policy: &RetryPolicy) -> object_store::RetryConfig {
 /// A [`FileIO`] over local directories and S3 buckets reached with `s3`, its requests
 /// retried by `retry`.
 pub fn file_io(s3: &S3Config, retry: &RetryPolicy) -> FileIO {
-    FileIOBuilder::new(Arc::new(ObjectStorageFactory { s3: s3.clone(), retry: retry.clone() })).build()
+    FileIOBuilder::new(factory(s3, retry)).build()
+}
+
+/// The storage of [`file_io`], for a catalog that builds its tables' file I/O itself (the
+/// REST catalog: whatever the server says of storage, files go through this one).
+pub fn factory(s3: &S3Config, retry: &RetryPolicy) -> Arc<dyn StorageFactory> {
+    Arc::new(ObjectStorageFactory { s3: s3.clone(), retry: retry.clone() })
 }
 
 /// Builds [`ObjectStorage`].

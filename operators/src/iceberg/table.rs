@@ -4,7 +4,7 @@
 //! The client owns a small current-thread tokio runtime: every Iceberg call runs to
 //! completion on the operator's thread (the engine's threads are not async).
 
-use super::catalog::PostgresCatalog;
+use super::catalog::{self, IcebergCatalog};
 use super::config::{IcebergConfig, Partitioning};
 use super::schema::RecordLayout;
 use super::storage::file_io;
@@ -38,7 +38,7 @@ pub(crate) struct TableClient {
     pub(crate) config: IcebergConfig,
     pub(crate) ident: TableIdent,
     runtime: tokio::runtime::Runtime,
-    catalog: Option<PostgresCatalog>,
+    catalog: Option<IcebergCatalog>,
     file_io: FileIO,
     warehouse: String,
     /// Names the operator in logs and errors.
@@ -92,16 +92,11 @@ impl TableClient {
     /// The catalog, connected (again) if needed, and the runtime to call it on.
     pub(crate) fn catalog(
         &mut self,
-    ) -> std::result::Result<(&PostgresCatalog, &tokio::runtime::Runtime), Failure> {
-        if self.catalog.as_ref().is_none_or(PostgresCatalog::is_closed) {
+    ) -> std::result::Result<(&IcebergCatalog, &tokio::runtime::Runtime), Failure> {
+        if self.catalog.as_ref().is_none_or(IcebergCatalog::is_closed) {
             self.catalog = None;
             let c = &self.config;
-            let connecting = PostgresCatalog::connect(
-                &c.catalog_url,
-                &c.catalog_name,
-                &self.warehouse,
-                self.file_io.clone(),
-            );
+            let connecting = catalog::open(&c.catalog_url, &c.catalog_name, &self.warehouse, &c.s3, &c.retry);
             let catalog = self
                 .runtime
                 .block_on(async {
@@ -220,7 +215,9 @@ fn partition_spec(
     schema: &iceberg::spec::Schema,
 ) -> std::result::Result<UnboundPartitionSpec, Failure> {
     let transform = match config.partitioning {
-        Partitioning::None => return Ok(UnboundPartitionSpec::builder().build()),
+        // The spec id is spelled out: Iceberg's Java REST server (1.10) refuses a
+        // create-table request whose spec has none.
+        Partitioning::None => return Ok(UnboundPartitionSpec::builder().with_spec_id(0).build()),
         Partitioning::Hour => Transform::Hour,
         Partitioning::Day => Transform::Day,
         Partitioning::Month => Transform::Month,
@@ -233,6 +230,7 @@ fn partition_spec(
     })?;
     let name = format!("{}_{}", field.name, format!("{transform}").to_lowercase());
     UnboundPartitionSpec::builder()
+        .with_spec_id(0)
         .add_partition_field(field.id, name, transform)
         .map(|b| b.build())
         .map_err(|e| Failure::Permanent(format!("{e:#}")))

@@ -1,12 +1,13 @@
-//! The Iceberg sink's protocol against the real catalog database (`CAUDAL_POSTGRES_URL`) and
-//! a local or S3 (`CAUDAL_S3_ENDPOINT`) warehouse, driving the writer and the committer by
+//! The Iceberg sink's protocol against the real catalogs — the SQL catalog's database
+//! (`CAUDAL_POSTGRES_URL`) and the stack's REST catalog (`CAUDAL_ICEBERG_REST_URL`) — and a
+//! local or S3 (`CAUDAL_S3_ENDPOINT`) warehouse, driving the writer and the committer by
 //! hand: one snapshot per completed checkpoint with its id, no second commit of an epoch the
 //! table has, pending epochs committed on restore, files of dead attempts deleted. The table
 //! is read back with the `iceberg` crate's scan here; `jobs/tests/iceberg.rs` reads it with
 //! pyiceberg after real runs and kills.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::{summary, DataFiles, IcebergCommitter, IcebergConfig, IcebergWriter, PostgresCatalog};
+use super::{summary, DataFiles, IcebergCatalog, IcebergCommitter, IcebergConfig, IcebergWriter};
 use crate::test_stack::{context, service, unique};
 use caudal::{Batch, CheckpointId, Operator, OperatorContext, Record, Sink};
 use caudal_checkpoints::S3Config;
@@ -48,7 +49,7 @@ fn ctx(attempt: &str, restored: Option<u64>) -> OperatorContext {
 fn table_contents(config: &IcebergConfig) -> (Vec<i64>, Vec<String>, String) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let catalog = PostgresCatalog::for_config(config).await.unwrap();
+        let catalog = IcebergCatalog::for_config(config).await.unwrap();
         let (ns, name) = config.table_ident().unwrap();
         let ident = TableIdent::new(iceberg::NamespaceIdent::from_vec(ns).unwrap(), name);
         let table = catalog.load_table(&ident).await.unwrap();
@@ -187,10 +188,10 @@ fn an_epoch_is_committed_once_with_its_checkpoint_and_dead_attempts_leave_no_fil
     protocol(config);
 }
 
-#[test]
-fn the_protocol_holds_on_s3() {
-    let Some(endpoint) = service("CAUDAL_S3_ENDPOINT") else { return };
-    let s3 = S3Config {
+/// The stack's S3 server as the warehouse's storage, or `None` (see `service`).
+fn s3_config() -> Option<S3Config> {
+    let endpoint = service("CAUDAL_S3_ENDPOINT")?;
+    Some(S3Config {
         endpoint: Some(endpoint),
         access_key_id: Some(std::env::var("CAUDAL_S3_ACCESS_KEY_ID").unwrap_or_else(|_| "test".into())),
         secret_access_key: Some(
@@ -198,10 +199,88 @@ fn the_protocol_holds_on_s3() {
         ),
         allow_http: true,
         ..S3Config::default()
-    };
+    })
+}
+
+/// A new prefix of the stack's bucket.
+fn s3_warehouse() -> String {
     let bucket = std::env::var("CAUDAL_S3_BUCKET").unwrap_or_else(|_| "caudal".into());
-    let Some(config) = config(&format!("s3://{bucket}/{}", unique("lake")), s3) else { return };
+    format!("s3://{bucket}/{}", unique("lake"))
+}
+
+#[test]
+fn the_protocol_holds_on_s3() {
+    let Some(s3) = s3_config() else { return };
+    let Some(config) = config(&s3_warehouse(), s3) else { return };
     protocol(config);
+}
+
+/// The stack's REST catalog (`scripts/services.sh start iceberg-rest`), its tables on S3 (the
+/// server writes their metadata there too), or `None` (see `service`).
+fn rest_config() -> Option<IcebergConfig> {
+    let [url] = caudal_test_stack::services(["CAUDAL_ICEBERG_REST_URL"])?;
+    let mut c = IcebergConfig::new(&url, &s3_warehouse(), &format!("{}.readings", unique("ns")));
+    c.s3 = s3_config()?;
+    Some(c)
+}
+
+#[test]
+fn the_protocol_holds_through_a_rest_catalog() {
+    let Some(config) = rest_config() else { return };
+    protocol(config);
+}
+
+/// A REST commit that meets `409 Conflict` comes back to the committer as a conflict —
+/// not retried inside Iceberg's transaction, which would append the files again on top of
+/// whatever came first — and nothing of it is in the table.
+#[test]
+fn a_rest_conflict_is_handed_back_not_retried_inside_the_transaction() {
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    let Some(config) = rest_config() else { return };
+    write_epoch(&config, "a1", 1, readings(0, 10));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let catalog = IcebergCatalog::for_config(&config).await.unwrap();
+        assert!(matches!(catalog, IcebergCatalog::Rest { .. }));
+        let (ns, name) = config.table_ident().unwrap();
+        let ident = TableIdent::new(iceberg::NamespaceIdent::from_vec(ns).unwrap(), name);
+        let stale = catalog.load_table(&ident).await.unwrap();
+        // Another writer commits first: a snapshot (of checkpoint 1's first file again)
+        // moves `main`.
+        let fresh = catalog.load_table(&ident).await.unwrap();
+        let files = stale.metadata().current_snapshot().unwrap();
+        let list = fresh.manifest_list_reader(files).load().await.unwrap();
+        let entries = list.entries()[0].load_manifest(fresh.file_io()).await.unwrap();
+        let data_file = entries.entries()[0].data_file().clone();
+        let tx = Transaction::new(&fresh);
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files([data_file.clone()])
+            .apply(tx)
+            .unwrap();
+        tx.commit(&catalog).await.unwrap();
+        // This writer's commit on the table it read before: the server refuses it (its
+        // requirement on `main` fails), and the transaction hands the conflict back at once.
+        let behind = Stale { catalog: &catalog, table: stale.clone(), updates: Default::default() };
+        let tx = Transaction::new(&stale);
+        let tx = tx.fast_append().with_check_duplicate(false).add_data_files([data_file]).apply(tx).unwrap();
+        let err = tx.commit(&behind).await.unwrap_err();
+        assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts, "{err}");
+        assert!(!err.retryable(), "{err}");
+        assert_eq!(behind.updates.load(std::sync::atomic::Ordering::Relaxed), 1, "sent once");
+        let now = catalog.load_table(&ident).await.unwrap();
+        assert_eq!(now.metadata().snapshots().count(), 2, "checkpoint 1 and the other writer's");
+    });
+}
+
+/// The REST catalog as a writer sees it whose view of the table is behind: every load
+/// answers the table as it was read, commits go through (and are counted).
+#[derive(Debug)]
+struct Stale<'a> {
+    catalog: &'a IcebergCatalog,
+    table: iceberg::table::Table,
+    updates: std::sync::atomic::AtomicU64,
 }
 
 #[test]
@@ -211,7 +290,7 @@ fn a_table_that_cannot_hold_the_record_type_fails_at_start_naming_the_column() {
     // The table exists with `ts` as a string.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let catalog = PostgresCatalog::for_config(&config).await.unwrap();
+        let catalog = IcebergCatalog::for_config(&config).await.unwrap();
         let (ns, name) = config.table_ident().unwrap();
         let ns = iceberg::NamespaceIdent::from_vec(ns).unwrap();
         catalog.create_namespace(&ns, Default::default()).await.unwrap();
@@ -371,6 +450,92 @@ fn an_unreachable_catalog_is_retried_then_fails_naming_it() {
     let start = std::time::Instant::now();
     let err = writer.on_start(&mut c).unwrap_err();
     assert!(start.elapsed() >= std::time::Duration::from_secs(1), "gave up at once");
+    let msg = err.to_string();
+    assert!(msg.contains("iceberg") && msg.contains("gave up after"), "{msg}");
+    assert!(err.is_retryable(), "the catalog was away, not refusing: {msg}");
+    let retries =
+        c.metrics.counter(caudal::metrics::names::SINK_RETRIES).load(std::sync::atomic::Ordering::Relaxed);
+    assert!(retries >= 3, "{retries} retries");
+}
+
+#[async_trait::async_trait]
+impl iceberg::Catalog for Stale<'_> {
+    async fn load_table(&self, _: &TableIdent) -> iceberg::Result<iceberg::table::Table> {
+        Ok(self.table.clone())
+    }
+    async fn update_table(&self, commit: iceberg::TableCommit) -> iceberg::Result<iceberg::table::Table> {
+        self.updates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.catalog.update_table(commit).await
+    }
+    async fn list_namespaces(
+        &self,
+        parent: Option<&iceberg::NamespaceIdent>,
+    ) -> iceberg::Result<Vec<iceberg::NamespaceIdent>> {
+        self.catalog.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        ns: &iceberg::NamespaceIdent,
+        props: std::collections::HashMap<String, String>,
+    ) -> iceberg::Result<iceberg::Namespace> {
+        self.catalog.create_namespace(ns, props).await
+    }
+    async fn get_namespace(&self, ns: &iceberg::NamespaceIdent) -> iceberg::Result<iceberg::Namespace> {
+        self.catalog.get_namespace(ns).await
+    }
+    async fn namespace_exists(&self, ns: &iceberg::NamespaceIdent) -> iceberg::Result<bool> {
+        self.catalog.namespace_exists(ns).await
+    }
+    async fn update_namespace(
+        &self,
+        ns: &iceberg::NamespaceIdent,
+        props: std::collections::HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.catalog.update_namespace(ns, props).await
+    }
+    async fn drop_namespace(&self, ns: &iceberg::NamespaceIdent) -> iceberg::Result<()> {
+        self.catalog.drop_namespace(ns).await
+    }
+    async fn list_tables(&self, ns: &iceberg::NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.catalog.list_tables(ns).await
+    }
+    async fn create_table(
+        &self,
+        ns: &iceberg::NamespaceIdent,
+        creation: iceberg::TableCreation,
+    ) -> iceberg::Result<iceberg::table::Table> {
+        self.catalog.create_table(ns, creation).await
+    }
+    async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.drop_table(t).await
+    }
+    async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.purge_table(t).await
+    }
+    async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
+        self.catalog.table_exists(t).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.rename_table(src, dest).await
+    }
+    async fn register_table(
+        &self,
+        t: &TableIdent,
+        location: String,
+    ) -> iceberg::Result<iceberg::table::Table> {
+        self.catalog.register_table(t, location).await
+    }
+}
+
+#[test]
+fn an_unreachable_rest_catalog_is_retried_then_fails_naming_it() {
+    let mut config = IcebergConfig::new("http://127.0.0.1:1", "s3://caudal/none", "a.b");
+    config.retry.initial_backoff_ms = 50;
+    config.retry.max_backoff_ms = 100;
+    config.retry.give_up_after_secs = 1;
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config, "lake".into());
+    let mut c = ctx("a1", None);
+    let err = writer.on_start(&mut c).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("iceberg") && msg.contains("gave up after"), "{msg}");
     assert!(err.is_retryable(), "the catalog was away, not refusing: {msg}");

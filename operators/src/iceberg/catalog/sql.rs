@@ -59,7 +59,9 @@ fn db(what: &str, e: tokio_postgres::Error) -> Error {
 fn checkpoint_of(metadata: &TableMetadata) -> u64 {
     metadata
         .current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get(super::summary::CHECKPOINT)?.parse().ok())
+        .and_then(|s| {
+            s.summary().additional_properties.get(crate::iceberg::summary::CHECKPOINT)?.parse().ok()
+        })
         .unwrap_or(0)
 }
 
@@ -70,6 +72,7 @@ fn ns(namespace: &NamespaceIdent) -> String {
 impl PostgresCatalog {
     /// Connects to `url` (spawning the connection on the current tokio runtime) and creates
     /// the catalog's tables if absent. New tables go under `warehouse` (an absolute URI).
+    /// Callers open catalogs with [`super::open`], which picks the kind by URL.
     pub async fn connect(url: &str, name: &str, warehouse: &str, file_io: FileIO) -> Result<Self> {
         let (client, connection) =
             tokio_postgres::connect(url, NoTls).await.map_err(|e| db("connecting", e))?;
@@ -111,14 +114,6 @@ impl PostgresCatalog {
             file_io,
             runtime: Runtime::try_current()?,
         })
-    }
-
-    /// The catalog `config` names, its files reached with `config`'s S3 settings.
-    pub async fn for_config(config: &super::IcebergConfig) -> Result<Self> {
-        let warehouse =
-            config.warehouse_uri().map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?;
-        let io = super::storage::file_io(&config.s3, &config.retry);
-        Self::connect(&config.catalog_url, &config.catalog_name, &warehouse, io).await
     }
 
     /// Whether the database connection is gone (a new catalog must connect).
