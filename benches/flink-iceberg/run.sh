@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Generated readings → °C → anomaly filter → Flink's Iceberg sink, on Apache Flink 2.1 with
-# Iceberg 1.11.0 (local MiniCluster), for the side-by-side comparison with Caudal's
-# `serve_sinks --mode iceberg` (issue #15). Not run by the test suite or CI.
+# Generated readings → °C → anomaly filter → an Iceberg table: Caudal's `serve_sinks --mode
+# iceberg` and the same pipeline on Apache Flink 2.1 with Flink's Iceberg sink (Iceberg 1.11.0,
+# local MiniCluster), interleaved, for the side-by-side comparison of issue #15. Not run by the
+# test suite or CI.
 #
 #   benches/flink-iceberg/run.sh [--records N] [--parallelism P[,P...]]
 #                                [--checkpoint-interval SECS[,SECS...]] [--runs N]
-#                                [--sink flink|iceberg] [--sensors N] [--warmup-records N]
-#                                [--xmx SIZE]
+#                                [--engines caudal,flink] [--sink flink|iceberg] [--sensors N]
+#                                [--warmup-records N] [--xmx SIZE]
 #
-# Needs the test stack's PostgreSQL (scripts/services.sh start postgres): the table is made
-# fresh per run in Iceberg's JDBC catalog there (catalog name flink_bench, namespace
-# bench_flink_<n>), partitioned by day(ts), with Caudal's schema, Parquet/Snappy, 128 MiB target
-# files, in a local warehouse (a temporary directory, HadoopFileIO), and dropped afterwards.
+# Needs the test stack's PostgreSQL (scripts/services.sh start postgres) and, for Caudal, the
+# release serve_sinks under ${CARGO_TARGET_DIR:-target}/release, which this script does not build:
+#   cargo build --release -p caudal-benches --bin serve_sinks
+# Flink's table is made fresh per run in Iceberg's JDBC catalog there (catalog name flink_bench,
+# namespace bench_flink_<n>), partitioned by day(ts), with Caudal's schema, Parquet/Snappy,
+# 128 MiB target files, in a local warehouse (a temporary directory, HadoopFileIO), and dropped
+# afterwards; Caudal's sink does the same in its own catalog name (caudal).
 # Exactly-once checkpoints every --checkpoint-interval seconds (default 1,60), parallelism
-# (default 1,2), each configuration --runs times (default 2), one JVM per run; a "#" line per
-# run gives the load average before it, Flink's net job runtime and the whole JVM's CPU and
-# max RSS (/usr/bin/time). --sink flink is FlinkSink (default), iceberg the Sink-v2 IcebergSink.
+# (default 1,2), each configuration --runs times (default 2), one process per run, the engines
+# one after the other. Each run prints the load average before it and the whole process's CPU
+# and max RSS (/usr/bin/time); Flink's rows also give CPU around execute() and the net job
+# runtime. --sink iceberg (default) is Iceberg's Sink-v2 IcebergSink, --sink flink the older
+# FlinkSink (it lost rows at parallelism 2 here: see benches/README.md).
 #
-# Builds once (Maven, in a copy under ~/.cache/caudal/flink-iceberg-bench with a copy of
-# benches/flink, whose generator it compiles; jars in ~/.cache/caudal/m2; rebuilt when either
-# changes). Extra JVM options: FLINK_BENCH_JAVA_OPTS.
+# Builds Flink's side once (Maven, in a copy under ~/.cache/caudal/flink-iceberg-bench with a
+# copy of benches/flink, whose generator it compiles; jars in ~/.cache/caudal/m2; rebuilt when
+# either changes). Extra JVM options: FLINK_BENCH_JAVA_OPTS.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +34,8 @@ CACHE=${CAUDAL_CACHE:-$HOME/.cache/caudal}
 WORK=$CACHE/flink-iceberg-bench
 M2=$CACHE/m2
 
-records=30000000 sensors=10000 parallelism=1,2 intervals=1,60 runs=2 sink=flink warmup=2000000 xmx=1g
+records=30000000 sensors=10000 parallelism=1,2 intervals=1,60 runs=2 engines=caudal,flink sink=iceberg
+warmup=2000000 xmx=1g
 die() { printf 'flink-iceberg bench: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -40,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --parallelism) parallelism=$2 ;;
     --checkpoint-interval) intervals=$2 ;;
     --runs) runs=$2 ;;
+    --engines) engines=$2 ;;
     --sink) sink=$2 ;;
     --warmup-records) warmup=$2 ;;
     --xmx) xmx=$2 ;;
@@ -48,6 +56,10 @@ while [[ $# -gt 0 ]]; do
   shift 2
 done
 command -v java >/dev/null && command -v mvn >/dev/null || die "needs java (17+) and mvn: scripts/install-deps.sh"
+BIN=${CARGO_TARGET_DIR:-$REPO/target}/release
+if [[ ,$engines, == *,caudal,* && ! -x $BIN/serve_sinks ]]; then
+  die "no $BIN/serve_sinks: cargo build --release -p caudal-benches --bin serve_sinks"
+fi
 
 # The stack's PostgreSQL, as JDBC (postgres://USER@HOST:PORT/DB).
 if [[ -z ${CAUDAL_POSTGRES_URL:-} ]]; then
@@ -81,30 +93,49 @@ build() {
   rm -rf "$app"; mv "$app.tmp" "$app"; rm -rf "$WORK/build"
   echo "$want" >"$app/.stamp"
 }
-build
+[[ ,$engines, != *,flink,* ]] || build
 
 app=$WORK/app
 timing=$(mktemp); trap 'rm -f "$timing"' EXIT
+whole() { # the whole process's CPU and max RSS, from /usr/bin/time -v
+  awk -F': ' -v load="$1" '/User time/ {u=$2} /System time/ {s=$2} /Maximum resident/ {r=$2}
+    END {printf "#   load before: %s; whole process: %.1f CPU-s, max RSS %d MB\n", load, u+s, r/1024}' "$timing"
+}
+# The module openings Flink's own launcher gives every JVM (env.java.opts.all of its default
+# config.yaml): at p > 1 the writers' results cross to the committer through Kryo, which reaches
+# into java.nio's ByteBuffer (Iceberg's column bounds).
+jvm_opens=()
+for pkg in java.lang java.net java.io java.nio sun.nio.ch java.lang.reflect java.text java.time java.util \
+    java.util.concurrent java.util.concurrent.atomic java.util.concurrent.locks; do
+  jvm_opens+=(--add-opens="java.base/$pkg=ALL-UNNAMED")
+done
+timer=()
+[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -v -o "$timing")
 header=()
-echo "# Apache Flink 2.1.0 + Iceberg 1.11.0 ($sink sink), local MiniCluster, $(java -version 2>&1 | head -n1), -Xmx$xmx, warm-up $warmup rows, $records rows, JDBC catalog $jdbc_url"
+echo "# $records rows, $sensors sensors; Caudal: $BIN/serve_sinks; Flink: Apache Flink 2.1.0 + Iceberg 1.11.0 ($sink sink), local MiniCluster, $(java -version 2>&1 | head -n1), -Xmx$xmx, warm-up $warmup rows, JDBC catalog $jdbc_url"
 for interval in ${intervals//,/ }; do
   for p in ${parallelism//,/ }; do
     for ((run = 1; run <= runs; run++)); do
-      load=$(uptime | sed 's/.*load average: //')
-      timer=()
-      [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -v -o "$timing")
-      # shellcheck disable=SC2086  # FLINK_BENCH_JAVA_OPTS is a list of options
-      "${timer[@]}" java -Xmx"$xmx" ${FLINK_BENCH_JAVA_OPTS:-} \
-        -cp "$app/flink-iceberg-bench-1.jar:$app/libs/*" dev.caudal.bench.flink.IcebergBench \
-        --jdbc-url "$jdbc_url" --jdbc-user "$jdbc_user" --records "$records" --sensors "$sensors" \
-        --parallelism "$p" --checkpoint-interval "$interval" --sink "$sink" --warmup-records "$warmup" \
-        "${header[@]}" 2>"$WORK/last-run.log" \
-        || { tail -n 30 "$WORK/last-run.log" >&2; die "run failed (p=$p, checkpoint ${interval}s; log: $WORK/last-run.log)"; }
-      header=(--no-header)
-      if [[ ${#timer[@]} -gt 0 ]]; then
-        awk -F': ' -v load="$load" '/User time/ {u=$2} /System time/ {s=$2} /Maximum resident/ {r=$2}
-          END {printf "#   load before: %s; whole JVM (start, warm-up included): %.1f CPU-s, max RSS %d MB\n", load, u+s, r/1024}' "$timing"
-      fi
+      for engine in ${engines//,/ }; do
+        load=$(uptime | sed 's/.*load average: //')
+        case $engine in
+          caudal)
+            "${timer[@]}" "$BIN/serve_sinks" --mode iceberg --records "$records" --sensors "$sensors" \
+              --parallelism "$p" --checkpoint-interval "$interval" 2>"$WORK/last-caudal.log" \
+              || { tail -n 30 "$WORK/last-caudal.log" >&2; die "Caudal run failed (p=$p, checkpoint ${interval}s)"; } ;;
+          flink)
+            # shellcheck disable=SC2086  # FLINK_BENCH_JAVA_OPTS is a list of options
+            "${timer[@]}" java -Xmx"$xmx" "${jvm_opens[@]}" ${FLINK_BENCH_JAVA_OPTS:-} \
+              -cp "$app/flink-iceberg-bench-1.jar:$app/libs/*" dev.caudal.bench.flink.IcebergBench \
+              --jdbc-url "$jdbc_url" --jdbc-user "$jdbc_user" --records "$records" --sensors "$sensors" \
+              --parallelism "$p" --checkpoint-interval "$interval" --sink "$sink" --warmup-records "$warmup" \
+              "${header[@]}" 2>"$WORK/last-run.log" \
+              || { tail -n 30 "$WORK/last-run.log" >&2; die "Flink run failed (p=$p, checkpoint ${interval}s; log: $WORK/last-run.log)"; }
+            header=(--no-header) ;;
+          *) die "--engines: caudal and/or flink, not $engine" ;;
+        esac
+        if [[ ${#timer[@]} -gt 0 ]]; then whole "$load"; fi
+      done
     done
   done
 done

@@ -15,6 +15,7 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.streaming.api.datastream.DataStream;
@@ -63,7 +64,7 @@ import org.apache.iceberg.types.Types;
  * java -cp 'flink-iceberg-bench-1.jar:libs/*' dev.caudal.bench.flink.IcebergBench \
  *     --jdbc-url jdbc:postgresql://127.0.0.1:15432/caudal --jdbc-user caudal \
  *     --records 30000000 --parallelism 1 --checkpoint-interval 1 [--sensors 10000]
- *     [--sink flink|iceberg] [--warmup-records N] [--warehouse DIR] [--catalog NAME]
+ *     [--sink iceberg|flink] [--warmup-records N] [--warehouse DIR] [--catalog NAME]
  * </pre>
  */
 public final class IcebergBench {
@@ -102,7 +103,7 @@ public final class IcebergBench {
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = new HashMap<>(Map.of(
                 "--records", "30000000", "--sensors", "10000", "--parallelism", "1",
-                "--checkpoint-interval", "1", "--sink", "flink", "--warmup-records", "2000000",
+                "--checkpoint-interval", "1", "--sink", "iceberg", "--warmup-records", "2000000",
                 "--catalog", "flink_bench", "--jdbc-user", "caudal", "--jdbc-password", ""));
         boolean header = true;
         for (int i = 0; i < argv.length; i++) {
@@ -162,7 +163,7 @@ public final class IcebergBench {
     }
 
     /** What one job wrote, from the commit reports and the table. */
-    record Run(JobExecutionResult result, List<CommitReport> commits, long tableRows, int snapshots) {}
+    record Run(JobExecutionResult result, List<CommitReport> commits, long tableRows, long generated, int snapshots) {}
 
     private static Run runOnce(CatalogLoader catalogLoader, String table, long records, long sensors,
             int parallelism, double interval, String sink) throws Exception {
@@ -179,6 +180,8 @@ public final class IcebergBench {
         try {
             Configuration conf = new Configuration();
             conf.set(PipelineOptions.OBJECT_REUSE, true);
+            // A failure ends the run (with checkpoints Flink would otherwise restart the job forever).
+            conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
             conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
             StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
             env.enableCheckpointing((long) (interval * 1000), CheckpointingMode.EXACTLY_ONCE);
@@ -198,7 +201,7 @@ public final class IcebergBench {
             }
             catalog.dropTable(ident, false);
             ((SupportsNamespaces) catalog).dropNamespace(ns);
-            return new Run(result, commits, rows, snapshots);
+            return new Run(result, commits, rows, records, snapshots);
         } finally {
             deleteTree(checkpoints);
         }
@@ -263,8 +266,10 @@ public final class IcebergBench {
                 run.commits.size(), files, files / secs * 60.0, bytes / (double) Math.max(files, 1) / 1e6,
                 commitMs / (double) commits, cpu, ProcFs.statusKb("VmHWM:") / 1024);
         double net = run.result.getNetRuntime() / 1000.0;
-        System.out.printf("#   flink job net runtime %.2f s (%.0f rows/s); commit max %d ms; table: %d rows, %d snapshots%n",
-                net, rows / net, maxMs, run.tableRows, run.snapshots);
+        System.out.printf("#   flink job net runtime %.2f s (%.0f rows/s); commit max %d ms; table: %d rows%s, %d snapshots%n",
+                net, rows / net, maxMs, run.tableRows,
+                run.tableRows == run.generated ? "" : " — ROWS MISSING: " + (run.generated - run.tableRows) + " of " + run.generated,
+                run.snapshots);
     }
 
     private static void deleteTree(Path dir) throws IOException {
