@@ -6,7 +6,7 @@
 #
 #   benches/flink-iceberg/run.sh [--records N] [--parallelism P[,P...]]
 #                                [--checkpoint-interval SECS[,SECS...]] [--runs N]
-#                                [--engines caudal,flink] [--sink flink|iceberg] [--sensors N]
+#                                [--engines caudal,flink] [--sink iceberg|flink] [--sensors N]
 #                                [--warmup-records N] [--xmx SIZE]
 #
 # Needs the test stack's PostgreSQL (scripts/services.sh start postgres) and, for Caudal, the
@@ -15,7 +15,8 @@
 # Flink's table is made fresh per run in Iceberg's JDBC catalog there (catalog name flink_bench,
 # namespace bench_flink_<n>), partitioned by day(ts), with Caudal's schema, Parquet/Snappy,
 # 128 MiB target files, in a local warehouse (a temporary directory, HadoopFileIO), and dropped
-# afterwards; Caudal's sink does the same in its own catalog name (caudal).
+# afterwards; serve_sinks makes its table in catalog caudal (namespace bench_lake_<n>) of the same
+# database and deletes its warehouse afterwards.
 # Exactly-once checkpoints every --checkpoint-interval seconds (default 1,60), parallelism
 # (default 1,2), each configuration --runs times (default 2), one process per run, the engines
 # one after the other. Each run prints the load average before it and the whole process's CPU
