@@ -200,8 +200,11 @@ impl TimerQueue {
             status.live = false;
             if !status.touched {
                 status.touched = true;
-                let timer = Timer(ts, key_group, Arc::from(key));
-                self.touched.push(timer);
+                // The map's own key, not a copy: the list's compaction tells a timer gone by
+                // its key being shared with nothing else.
+                if let Some((timer, _)) = self.timers.get_key_value(id) {
+                    self.touched.push(timer.clone());
+                }
             }
         } else {
             // Registered and gone between two write-throughs: the backend never hears of it.
@@ -282,6 +285,7 @@ impl TimerQueue {
                 _ => {}
             }
         }
+        self.compact_at = 2 * self.timers.len() + 1024;
         Ok(backend.write_batch(batch)?)
     }
 
@@ -421,6 +425,19 @@ mod tests {
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
         assert!(timers.event.touched.len() <= 2 * 100_000 + 1025, "{}", timers.event.touched.len());
+        // Timers the backend holds, deleted, then the list compacted before the write-through:
+        // their deletes must still reach the backend.
+        for i in 0..2_000i64 {
+            timers.event.register(3_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
+        }
+        timers.write_through(&mut backend).unwrap();
+        for i in 0..2_000i64 {
+            timers.event.delete(3_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
+        }
+        for i in 0..6_000i64 {
+            timers.event.register(4_000_000 + i, 0, &i.to_be_bytes());
+            assert!(timers.event.pop_due(4_000_000 + i).is_some());
+        }
         timers.event.register(1_000_000, 3, b"new");
         timers.event.register(1_000_001, 4, b"deleted");
         timers.event.delete(1_000_001, 4, b"deleted");
