@@ -437,11 +437,10 @@ fn keep_snapshots_expires_all_but_the_newest_and_the_rows_stay() {
     assert_eq!(checkpoints, ["3", "4"]);
 }
 
-#[test]
-fn an_unreachable_catalog_is_retried_then_fails_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config =
-        IcebergConfig::new("postgres://caudal@127.0.0.1:1/none", dir.path().to_str().unwrap(), "a.b");
+/// A writer starting against an unreachable catalog retries for the policy's second, then
+/// fails with a retryable error naming the sink.
+fn assert_an_unreachable_catalog_is_retried_then_fails(catalog_url: &str, warehouse: &str) {
+    let mut config = IcebergConfig::new(catalog_url, warehouse, "a.b");
     config.retry.initial_backoff_ms = 50;
     config.retry.max_backoff_ms = 100;
     config.retry.give_up_after_secs = 1;
@@ -456,6 +455,15 @@ fn an_unreachable_catalog_is_retried_then_fails_naming_it() {
     let retries =
         c.metrics.counter(caudal::metrics::names::SINK_RETRIES).load(std::sync::atomic::Ordering::Relaxed);
     assert!(retries >= 3, "{retries} retries");
+}
+
+#[test]
+fn an_unreachable_catalog_is_retried_then_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_an_unreachable_catalog_is_retried_then_fails(
+        "postgres://caudal@127.0.0.1:1/none",
+        dir.path().to_str().unwrap(),
+    );
 }
 
 #[async_trait::async_trait]
@@ -529,17 +537,5 @@ impl iceberg::Catalog for Stale<'_> {
 
 #[test]
 fn an_unreachable_rest_catalog_is_retried_then_fails_naming_it() {
-    let mut config = IcebergConfig::new("http://127.0.0.1:1", "s3://caudal/none", "a.b");
-    config.retry.initial_backoff_ms = 50;
-    config.retry.max_backoff_ms = 100;
-    config.retry.give_up_after_secs = 1;
-    let mut writer = IcebergWriter::<ProcessedReading>::new(config, "lake".into());
-    let mut c = ctx("a1", None);
-    let err = writer.on_start(&mut c).unwrap_err();
-    let msg = err.to_string();
-    assert!(msg.contains("iceberg") && msg.contains("gave up after"), "{msg}");
-    assert!(err.is_retryable(), "the catalog was away, not refusing: {msg}");
-    let retries =
-        c.metrics.counter(caudal::metrics::names::SINK_RETRIES).load(std::sync::atomic::Ordering::Relaxed);
-    assert!(retries >= 3, "{retries} retries");
+    assert_an_unreachable_catalog_is_retried_then_fails("http://127.0.0.1:1", "s3://caudal/none");
 }
