@@ -261,6 +261,23 @@ impl<B: KeyedStateBackend> CachingBackend<B> {
         (inner.table.len(), inner.dirty, inner.bytes)
     }
 
+    /// Calls `f` with `key`'s value, from the cache or else from the backend (then cached).
+    fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        check_key_group(self.range, key.key_group)?;
+        let inner = &mut *self.inner.borrow_mut();
+        let k = inner.encoded(key)?;
+        let out = match inner.find(&k) {
+            Some(e) => Ok(f(e.status.has_value().then(|| e.value()))),
+            None => inner.backend.get(key).and_then(|v| {
+                let status = if v.is_some() { Status::Clean } else { Status::Absent };
+                inner.set(&k, v.as_deref().unwrap_or_default(), status, self.budget)?;
+                Ok(f(v.as_deref()))
+            }),
+        };
+        inner.scratch = k;
+        out
+    }
+
     fn flushed(&self) -> Result<std::cell::Ref<'_, Inner<B>>> {
         self.inner.borrow_mut().flush(false)?;
         Ok(self.inner.borrow())
@@ -273,49 +290,12 @@ impl<B: KeyedStateBackend> KeyedStateBackend for CachingBackend<B> {
     }
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
-        check_key_group(self.range, key.key_group)?;
-        let inner = &mut *self.inner.borrow_mut();
-        let k = inner.encoded(key)?;
-        let found = inner.find(&k).map(|e| e.status.has_value().then(|| e.value().to_vec()));
-        let out = match found {
-            Some(v) => Ok(v),
-            None => inner.backend.get(key).and_then(|v| {
-                let (value, status) = match &v {
-                    Some(v) => (v.as_slice(), Status::Clean),
-                    None => (&[][..], Status::Absent),
-                };
-                inner.set(&k, value, status, self.budget).map(|()| v)
-            }),
-        };
-        inner.scratch = k;
-        out
+        self.read(key, |v| v.map(<[u8]>::to_vec))
     }
 
     fn get_into(&self, key: &StateKey<'_>, out: &mut Vec<u8>) -> Result<bool> {
-        check_key_group(self.range, key.key_group)?;
         out.clear();
-        let hit = {
-            let inner = &mut *self.inner.borrow_mut();
-            let k = inner.encoded(key)?;
-            let hit = inner.find(&k).map(|e| {
-                if e.status.has_value() {
-                    out.extend_from_slice(e.value());
-                }
-                e.status.has_value()
-            });
-            inner.scratch = k;
-            hit
-        };
-        match hit {
-            Some(found) => Ok(found),
-            None => Ok(match self.get(key)? {
-                Some(v) => {
-                    out.extend_from_slice(&v);
-                    true
-                }
-                None => false,
-            }),
-        }
+        self.read(key, |v| v.map(|v| out.extend_from_slice(v)).is_some())
     }
 
     /// A cached value of the same length is overwritten in place.

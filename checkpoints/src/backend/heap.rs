@@ -202,6 +202,15 @@ impl HeapStateBackend {
         }
     }
 
+    /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer).
+    fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&Vec<u8>>) -> R) -> Result<R> {
+        let g = self.group(key.key_group)?;
+        let mut prefix = self.scratch.borrow_mut();
+        prefix.clear();
+        key.encode_prefix_into(&mut prefix)?;
+        Ok(f(g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key))))
+    }
+
     fn group(&self, kg: u16) -> Result<&Group> {
         check_key_group(self.range, kg)?;
         Ok(&self.groups[usize::from(kg - self.range.start)])
@@ -308,26 +317,12 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
-        let g = self.group(key.key_group)?;
-        let mut prefix = self.scratch.borrow_mut();
-        prefix.clear();
-        key.encode_prefix_into(&mut prefix)?;
-        Ok(g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key)).cloned())
+        self.read(key, |v| v.cloned())
     }
 
     fn get_into(&self, key: &StateKey<'_>, out: &mut Vec<u8>) -> Result<bool> {
-        let g = self.group(key.key_group)?;
-        let mut prefix = self.scratch.borrow_mut();
-        prefix.clear();
-        key.encode_prefix_into(&mut prefix)?;
         out.clear();
-        Ok(match g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key)) {
-            Some(v) => {
-                out.extend_from_slice(v);
-                true
-            }
-            None => false,
-        })
+        self.read(key, |v| v.map(|v| out.extend_from_slice(v)).is_some())
     }
 
     /// An existing entry's value is overwritten in place (no allocation for the key).
