@@ -142,14 +142,6 @@ impl TimerQueue {
         }
     }
 
-    /// Puts `timer` on the touched list, once.
-    fn touch(touched: &mut Vec<Timer>, timer: &Timer, status: &mut Status) {
-        if !status.touched {
-            status.touched = true;
-            touched.push(timer.clone());
-        }
-    }
-
     /// Drops the list's entries of timers gone since (registered and fired between two
     /// write-throughs), once it has grown past `compact_at`: without barriers (a job that
     /// never checkpoints) it would grow with every timer. A timer whose key only the list
@@ -175,9 +167,8 @@ impl TimerQueue {
                     return;
                 }
                 // Deleted since the backend learnt of it: live again, no change to write.
-                let (timer, status) = (e.key().clone(), e.get_mut());
-                status.live = true;
-                self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+                e.get_mut().live = true;
+                self.buckets.entry(ts).or_default().push((key_group, e.key().2.clone()));
             }
             Entry::Vacant(e) => {
                 let timer = e.key().clone();
@@ -234,9 +225,12 @@ impl TimerQueue {
             }
             let due = (ts, key_group, e.key().2.to_vec());
             if e.get().stored {
-                let (timer, status) = (e.key().clone(), e.get_mut());
+                let status = e.get_mut();
                 status.live = false;
-                Self::touch(&mut self.touched, &timer, status);
+                if !status.touched {
+                    status.touched = true;
+                    self.touched.push(e.key().clone());
+                }
             } else {
                 e.remove();
             }
