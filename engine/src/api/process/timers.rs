@@ -1,24 +1,28 @@
 //! Timers of keyed process functions: event-time and processing-time, at most one per key
 //! and timestamp.
 //!
-//! In memory, timers wait in buckets by time (a B-tree of times, each with its keys) with a
-//! map of the live ones (and of those the backend still holds), so registering, deleting
-//! and firing cost one hash and a push or a pop whatever the number of timers (a deleted
-//! timer stays in its bucket until its time and is skipped then). At each barrier the timers registered or removed since the last one
-//! are written through to the subtask's keyed-state backend (state `_timer.event` or
-//! `_timer.proc`, the timer's key, its timestamp as the namespace): timers are in every
-//! checkpoint, placed by key group, and follow their keys when a job is rescaled; a timer
-//! registered and gone between two barriers never reaches the backend. After a restore the
-//! queue is rebuilt from the backend (one contiguous scan per key group and timer state).
+//! In memory, timers wait in a min-heap by (time, key group, key) with a map of the live
+//! ones (and of those the backend still holds), so registering, deleting and firing cost one
+//! hash and a heap push or pop whatever the number of timers (a deleted timer stays in the
+//! heap until its time and is skipped then). A key of up to [`INLINE_KEY`] bytes (a number,
+//! a short string) is stored inline: a timer costs no allocation and its lookup no pointer
+//! chase. At each barrier the timers registered or removed since the last one are written
+//! through to the subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
+//! timer's key, its timestamp as the namespace): timers are in every checkpoint, placed by
+//! key group, and follow their keys when a job is rescaled; a timer registered and gone
+//! between two barriers never reaches the backend. After a restore the queue is rebuilt from
+//! the backend (one contiguous scan per key group and timer state).
 
 use crate::types::Timestamp;
 use crate::Result;
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
 use std::borrow::Borrow;
+use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// Which clock a timer runs on.
@@ -44,15 +48,56 @@ fn decode_time(bytes: &[u8]) -> Option<Timestamp> {
 pub(crate) const EVENT_TIMERS: &str = "_timer.event";
 pub(crate) const PROCESSING_TIMERS: &str = "_timer.proc";
 
-/// A due timer: its time, and the key group and encoded key it belongs to.
-pub(crate) type DueTimer = (Timestamp, u16, Vec<u8>);
+/// The longest encoded key a timer keeps inline.
+pub(crate) const INLINE_KEY: usize = 22;
 
-/// A timer as kept in memory (the key shared by its bucket entry and the live set).
+/// A timer's encoded key: inline up to [`INLINE_KEY`] bytes, shared beyond (the map, the
+/// heap and the list of changes each hold the timer).
 #[derive(Clone)]
-struct Timer(Timestamp, u16, Arc<[u8]>);
+pub(crate) enum TimerKey {
+    Inline(u8, [u8; INLINE_KEY]),
+    Shared(Arc<[u8]>),
+}
 
-/// A timer's identity, owned ([`Timer`]) or borrowed from the caller: the live set is
-/// looked up without copying the key.
+impl TimerKey {
+    fn new(key: &[u8]) -> TimerKey {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key);
+                TimerKey::Inline(len, bytes)
+            }
+            _ => TimerKey::Shared(Arc::from(key)),
+        }
+    }
+}
+
+impl Deref for TimerKey {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            TimerKey::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            TimerKey::Shared(key) => key,
+        }
+    }
+}
+
+impl std::fmt::Debug for TimerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", &**self)
+    }
+}
+
+/// A due timer: its time, and the key group and encoded key it belongs to.
+pub(crate) type DueTimer = (Timestamp, u16, TimerKey);
+
+/// A timer: its time, key group and key. Ordered by time first (the heap's order).
+#[derive(Clone, Debug)]
+struct Timer(Timestamp, u16, TimerKey);
+
+/// A timer's identity, owned ([`Timer`]) or borrowed from the caller: the map is looked up
+/// without copying the key.
 trait TimerId {
     fn id(&self) -> (Timestamp, u16, &[u8]);
 }
@@ -97,14 +142,23 @@ impl PartialEq for Timer {
 
 impl Eq for Timer {}
 
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Timer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.id().cmp(&other.id())
+    }
+}
+
 impl<'a> Borrow<dyn TimerId + 'a> for Timer {
     fn borrow(&self) -> &(dyn TimerId + 'a) {
         self
     }
 }
-
-/// A bucket's entry: the key group and key of a timer at the bucket's time.
-type Keyed = (u16, Arc<[u8]>);
 
 /// Where a timer stands: whether it is live (waits to fire), whether the backend holds it
 /// (as of the last write-through), and whether it is on the list of timers to look at at
@@ -119,12 +173,13 @@ struct Status {
 /// The timers of one domain.
 pub(crate) struct TimerQueue {
     state: StateId,
-    buckets: BTreeMap<Timestamp, Vec<Keyed>>,
+    /// Live timers and deleted ones not yet reached, earliest first.
+    heap: BinaryHeap<Reverse<Timer>>,
     /// Every timer that is live or that the backend holds. ahash with a random seed: keys
     /// come from the data.
     timers: HashMap<Timer, Status, ahash::RandomState>,
-    /// The timers whose status changed since the last write-through (each once while its
-    /// entry lives; entries gone since are skipped, and dropped when the list outgrows the map).
+    /// The timers whose status changed since the last write-through (entries of timers gone
+    /// since are skipped then, and dropped when the list outgrows the map).
     touched: Vec<Timer>,
     /// The list's length that triggers its next compaction.
     compact_at: usize,
@@ -135,45 +190,55 @@ impl TimerQueue {
         TimerQueue {
             // Constant, valid names.
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
-            buckets: BTreeMap::new(),
+            heap: BinaryHeap::new(),
             timers: HashMap::default(),
             touched: Vec::new(),
             compact_at: 1024,
         }
     }
 
-    /// Drops the list's entries of timers gone since (registered and fired between two
-    /// write-throughs), once it has grown past `compact_at`: without barriers (a job that
-    /// never checkpoints) it would grow with every timer. A timer whose key only the list
-    /// still shares is gone from the map and from its bucket — no lookup needed to tell; the
-    /// few others gone (deleted, their bucket not passed yet) are skipped at the write-through.
-    ///
-    /// The next compaction waits until the list has doubled again, so each costs no more
-    /// than the pushes since the last one (deleted timers' entries may survive many).
+    /// Keeps only the list's entries still waiting for the write-through, each once, when
+    /// the list has grown past `compact_at`: without barriers (a job that never checkpoints)
+    /// it would grow with every timer registered and fired. The next compaction waits until
+    /// the list has doubled again, so each costs no more lookups than the pushes since the
+    /// last one.
     fn compact_touched(&mut self) {
-        if self.touched.len() > self.compact_at {
-            self.touched.retain(|t| Arc::strong_count(&t.2) > 1);
-            self.compact_at = 2 * self.touched.len().max(self.timers.len()) + 1024;
+        if self.touched.len() <= self.compact_at {
+            return;
         }
+        let timers = &mut self.timers;
+        // A kept entry's flag is cleared so that a second entry of the same timer is dropped,
+        // then set again.
+        self.touched.retain(|t| match timers.get_mut(t) {
+            Some(status) if status.touched => {
+                status.touched = false;
+                true
+            }
+            _ => false,
+        });
+        for t in &self.touched {
+            if let Some(status) = timers.get_mut(t) {
+                status.touched = true;
+            }
+        }
+        self.compact_at = 2 * self.touched.len().max(self.timers.len()) + 1024;
     }
 
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        // One hash for a new timer (the usual case), at the price of a copy of the key for
-        // one that exists.
-        match self.timers.entry(Timer(ts, key_group, Arc::from(key))) {
+        match self.timers.entry(Timer(ts, key_group, TimerKey::new(key))) {
             Entry::Occupied(mut e) => {
                 if e.get().live {
                     return;
                 }
                 // Deleted since the backend learnt of it: live again, no change to write.
                 e.get_mut().live = true;
-                self.buckets.entry(ts).or_default().push((key_group, e.key().2.clone()));
+                self.heap.push(Reverse(e.key().clone()));
             }
             Entry::Vacant(e) => {
                 let timer = e.key().clone();
-                self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
                 e.insert(Status { live: true, stored: false, touched: true });
+                self.heap.push(Reverse(timer.clone()));
                 self.touched.push(timer);
                 self.compact_touched();
             }
@@ -191,8 +256,7 @@ impl TimerQueue {
             status.live = false;
             if !status.touched {
                 status.touched = true;
-                // The map's own key, not a copy: the list's compaction tells a timer gone by
-                // its key being shared with nothing else.
+                // The map's key: a shared key is not copied.
                 if let Some((timer, _)) = self.timers.get_key_value(id) {
                     self.touched.push(timer.clone());
                 }
@@ -205,42 +269,33 @@ impl TimerQueue {
 
     /// Takes the earliest live timer due by `now` off the queue.
     pub(crate) fn pop_due(&mut self, now: Timestamp) -> Option<DueTimer> {
-        loop {
-            let mut first = self.buckets.first_entry()?;
-            let ts = *first.key();
-            if ts > now {
-                return None;
-            }
-            let Some((key_group, key)) = first.get_mut().pop() else {
-                first.remove();
-                continue;
-            };
-            if first.get().is_empty() {
-                first.remove();
-            }
-            let Entry::Occupied(mut e) = self.timers.entry(Timer(ts, key_group, key)) else { continue };
+        while self.heap.peek().is_some_and(|Reverse(t)| t.0 <= now) {
+            let Reverse(timer) = self.heap.pop()?;
+            let Entry::Occupied(mut e) = self.timers.entry(timer) else { continue };
             if !e.get().live {
                 // A deleted (or already fired) timer's entry: skip it.
                 continue;
             }
-            let due = (ts, key_group, e.key().2.to_vec());
+            let timer = e.key().clone();
             if e.get().stored {
                 let status = e.get_mut();
                 status.live = false;
                 if !status.touched {
                     status.touched = true;
-                    self.touched.push(e.key().clone());
+                    self.touched.push(timer.clone());
                 }
             } else {
                 e.remove();
             }
-            return Some(due);
+            let Timer(ts, key_group, key) = timer;
+            return Some((ts, key_group, key));
         }
+        None
     }
 
-    /// The earliest time a timer may be due at (a deleted one's, until its bucket is passed).
+    /// The earliest time a timer may be due at (a deleted one's, until it is passed).
     pub(crate) fn next(&self) -> Option<Timestamp> {
-        self.buckets.keys().next().copied()
+        self.heap.peek().map(|Reverse(t)| t.0)
     }
 
     /// Number of live timers.
@@ -285,7 +340,7 @@ impl TimerQueue {
 
     /// Rebuilds the queue from the backend (after a restore).
     fn rebuild(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
-        self.buckets.clear();
+        self.heap.clear();
         self.timers.clear();
         self.touched.clear();
         self.compact_at = 1024;
@@ -304,9 +359,9 @@ impl TimerQueue {
                     }
                     let Some(d) = decode_key(&e.key) else { continue };
                     if let Some(ts) = decode_time(d.namespace) {
-                        let timer = Timer(ts, kg, Arc::from(d.key));
+                        let timer = Timer(ts, kg, TimerKey::new(d.key));
                         if let Entry::Vacant(e) = self.timers.entry(timer) {
-                            self.buckets.entry(ts).or_default().push((kg, e.key().2.clone()));
+                            self.heap.push(Reverse(e.key().clone()));
                             e.insert(Status { live: true, stored: true, touched: false });
                         }
                     }
@@ -359,6 +414,10 @@ mod tests {
     use super::*;
     use caudal_checkpoints::{HeapStateBackend, KeyGroupRange};
 
+    fn owned((ts, key_group, key): DueTimer) -> (Timestamp, u16, Vec<u8>) {
+        (ts, key_group, key.to_vec())
+    }
+
     #[test]
     fn times_order_as_bytes_like_numbers() {
         let times = [i64::MIN, -5, -1, 0, 1, 7, 1_767_225_600_000, i64::MAX];
@@ -388,9 +447,9 @@ mod tests {
         rebuilt.rebuild(&backend).unwrap();
         assert_eq!(rebuilt.event.len(), 2);
         assert_eq!(rebuilt.processing.next(), Some(99));
-        assert_eq!(rebuilt.event.pop_due(15), Some((10, 5, b"b".to_vec())));
-        assert_eq!(rebuilt.event.pop_due(15), None);
-        assert_eq!(rebuilt.event.pop_due(30), Some((30, 1, b"a".to_vec())));
+        assert_eq!(rebuilt.event.pop_due(15).map(owned), Some((10, 5, b"b".to_vec())));
+        assert_eq!(rebuilt.event.pop_due(15).map(owned), None);
+        assert_eq!(rebuilt.event.pop_due(30).map(owned), Some((30, 1, b"a".to_vec())));
         rebuilt.write_through(&mut backend).unwrap();
         let mut again = Timers::default();
         again.rebuild(&backend).unwrap();
@@ -440,7 +499,7 @@ mod tests {
         let mut rebuilt = Timers::default();
         rebuilt.rebuild(&backend).unwrap();
         assert_eq!(rebuilt.event.len(), 1, "only the new timer is in the backend");
-        assert_eq!(rebuilt.event.pop_due(i64::MAX), Some((1_000_000, 3, b"new".to_vec())));
+        assert_eq!(rebuilt.event.pop_due(i64::MAX).map(owned), Some((1_000_000, 3, b"new".to_vec())));
     }
 
     #[test]
@@ -449,7 +508,38 @@ mod tests {
         timers.event.register(10, 0, b"k");
         timers.event.delete(10, 0, b"k");
         timers.event.register(10, 0, b"k");
-        assert_eq!(timers.event.pop_due(10), Some((10, 0, b"k".to_vec())));
-        assert_eq!(timers.event.pop_due(10), None, "its stale entry is skipped");
+        assert_eq!(timers.event.pop_due(10).map(owned), Some((10, 0, b"k".to_vec())));
+        assert_eq!(timers.event.pop_due(10).map(owned), None, "its stale entry is skipped");
+    }
+
+    #[test]
+    fn a_timer_fired_and_registered_again_without_barriers_is_listed_once() {
+        let mut timers = Timers::default();
+        for _ in 0..10_000 {
+            timers.event.register(7, 0, b"same");
+            assert_eq!(timers.event.pop_due(7).map(owned), Some((7, 0, b"same".to_vec())));
+        }
+        assert!(timers.event.touched.len() <= 1025, "{}", timers.event.touched.len());
+    }
+
+    #[test]
+    fn keys_longer_than_the_inline_limit_behave_like_short_ones() {
+        let long = vec![b'x'; INLINE_KEY + 1];
+        let short = vec![b'y'; INLINE_KEY];
+        let mut backend = HeapStateBackend::new(KeyGroupRange::all(8));
+        let mut timers = Timers::default();
+        for key in [&long, &short] {
+            timers.event.register(20, 1, key);
+            timers.event.register(20, 1, key);
+            timers.event.register(10, 1, key);
+            timers.event.delete(10, 1, key);
+        }
+        timers.write_through(&mut backend).unwrap();
+        let mut rebuilt = Timers::default();
+        rebuilt.rebuild(&backend).unwrap();
+        assert_eq!(rebuilt.event.len(), 2);
+        assert_eq!(rebuilt.event.pop_due(20).map(owned), Some((20, 1, long.clone())), "ordered by key");
+        assert_eq!(rebuilt.event.pop_due(20).map(owned), Some((20, 1, short.clone())));
+        assert_eq!(rebuilt.event.pop_due(i64::MAX).map(owned), None);
     }
 }
