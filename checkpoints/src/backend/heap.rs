@@ -1,20 +1,22 @@
-//! The heap backend: one hash map per key group, snapshotted to one file.
+//! The heap backend: one hash table per key group, snapshotted to one file.
 //!
-//! A key group's map is keyed by the entry's prefix (key group, state, key, namespace), so
-//! a per-record lookup hashes once and touches one or two cache lines, as Flink's heap
-//! state table does, instead of walking a sorted tree of byte strings (a cache miss per
-//! comparison once the keys outgrow the cache). Map state keeps the entries of one
-//! (key, namespace) in a sorted map under their shared prefix, so scans stay in key order.
+//! A key group's table is keyed by the entry's prefix (key group, state, key, namespace), so
+//! a per-record lookup hashes once, as Flink's heap state table does, instead of walking a
+//! sorted tree of byte strings (a cache miss per comparison once the keys outgrow the
+//! cache). A value's slot holds its prefix followed by its value in one allocation, so a
+//! lookup reads both from one place. Map state keeps the entries of one (key, namespace) in
+//! a sorted map under their shared prefix, so scans stay in key order.
 //!
-//! The synchronous snapshot part shares the maps with the snapshot (each key group's map is
-//! behind an `Arc`, copied on write: a key group written to while its snapshot is still
+//! The synchronous snapshot part shares the tables with the snapshot (each key group's table
+//! is behind an `Arc`, copied on write: a key group written to while its snapshot is still
 //! being uploaded is copied then, the others never); the upload sorts and serializes them
 //! (bincode) to `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -32,54 +34,100 @@ use crate::{Error, Result};
 pub const HEAP_SNAPSHOT_FILE: &str = "keyed-state.bin";
 const HEAP_FORMAT_VERSION: u32 = 1;
 
-/// The entries of one key group by prefix. ahash with a random seed: keys come from the
-/// data, so the hash must not be one an input can be crafted to collide.
-type Group = HashMap<Vec<u8>, Slot, ahash::RandomState>;
 /// A key group's sorted entries as stored in a snapshot file.
 type GroupEntries = (u16, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// How a value changes.
+#[derive(Clone, Copy)]
+enum Change<'a> {
+    /// Replaced by these bytes.
+    Set(&'a [u8]),
+    /// These bytes added at its end (a framed list element).
+    Append(&'a [u8]),
+}
+
+impl Change<'_> {
+    /// Applies the change to the bytes from `start` on (the value's, after its prefix).
+    fn apply(self, bytes: &mut Vec<u8>, start: usize) {
+        match self {
+            Change::Set(v) => {
+                // In place when the length is unchanged; the capacity is kept otherwise.
+                bytes.truncate(start);
+                bytes.extend_from_slice(v);
+            }
+            Change::Append(v) => bytes.extend_from_slice(v),
+        }
+    }
+}
 
 /// What is stored under one prefix.
 #[derive(Debug, Clone)]
 enum Slot {
-    /// The one entry whose full key is the prefix (value, list, reducing state).
-    Value(Vec<u8>),
-    /// Entries `prefix + map key` in map-key order (map state); the empty map key is the
-    /// prefix itself.
-    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+    /// The one entry whose full key is the prefix (value, list, reducing state): the prefix
+    /// followed by the value.
+    Value { bytes: Vec<u8>, prefix_len: u32 },
+    /// Map state: entries `prefix + map key` in map-key order (the empty map key is the
+    /// prefix itself). Boxed: rare next to values, and the table's slots stay small.
+    Map(Box<MapSlot>),
+}
+
+#[derive(Debug, Clone)]
+struct MapSlot {
+    prefix: Vec<u8>,
+    entries: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Slot {
-    fn new(map_key: &[u8], value: Vec<u8>) -> Slot {
+    fn new(prefix: &[u8], map_key: &[u8], change: Change<'_>) -> Slot {
+        let mut value = Vec::new();
+        change.apply(&mut value, 0);
         if map_key.is_empty() {
-            Slot::Value(value)
+            let mut bytes = Vec::with_capacity(prefix.len() + value.len());
+            bytes.extend_from_slice(prefix);
+            bytes.extend_from_slice(&value);
+            // A prefix is a few hundred bytes at most (a state name is ≤ 255 bytes, a key and
+            // a namespace ≤ 65,535 each).
+            Slot::Value { bytes, prefix_len: prefix.len() as u32 }
         } else {
-            Slot::Map(BTreeMap::from([(map_key.to_vec(), value)]))
+            Slot::Map(Box::new(MapSlot {
+                prefix: prefix.to_vec(),
+                entries: BTreeMap::from([(map_key.to_vec(), value)]),
+            }))
         }
     }
 
-    fn get(&self, map_key: &[u8]) -> Option<&Vec<u8>> {
+    fn prefix(&self) -> &[u8] {
         match self {
-            Slot::Value(v) => map_key.is_empty().then_some(v),
-            Slot::Map(m) => m.get(map_key),
+            Slot::Value { bytes, prefix_len } => &bytes[..*prefix_len as usize],
+            Slot::Map(m) => &m.prefix,
         }
     }
 
-    /// The value at `map_key`, created empty if absent.
-    fn value_mut(&mut self, map_key: &[u8]) -> &mut Vec<u8> {
-        if let Slot::Value(v) = self {
-            if !map_key.is_empty() {
-                let v = std::mem::take(v);
-                *self = Slot::Map(BTreeMap::from([(Vec::new(), v)]));
+    fn get(&self, map_key: &[u8]) -> Option<&[u8]> {
+        match self {
+            Slot::Value { bytes, prefix_len } => map_key.is_empty().then(|| &bytes[*prefix_len as usize..]),
+            Slot::Map(m) => m.entries.get(map_key).map(Vec::as_slice),
+        }
+    }
+
+    /// Changes the value at `map_key`, created empty if absent.
+    fn change(&mut self, map_key: &[u8], change: Change<'_>) {
+        if let Slot::Value { bytes, prefix_len } = self {
+            if map_key.is_empty() {
+                return change.apply(bytes, *prefix_len as usize);
             }
+            let value = bytes.split_off(*prefix_len as usize);
+            let prefix = std::mem::take(bytes);
+            *self = Slot::Map(Box::new(MapSlot { prefix, entries: BTreeMap::from([(Vec::new(), value)]) }));
         }
-        match self {
-            Slot::Value(v) => v,
-            Slot::Map(m) => {
-                // Not `entry`: it would need an owned key on every hit.
-                if !m.contains_key(map_key) {
-                    m.insert(map_key.to_vec(), Vec::new());
-                }
-                m.get_mut(map_key).expect("inserted above")
+        if let Slot::Map(m) = self {
+            // Not `entry`: it would need an owned key on every hit.
+            if let Some(v) = m.entries.get_mut(map_key) {
+                change.apply(v, 0);
+            } else {
+                let mut v = Vec::new();
+                change.apply(&mut v, 0);
+                m.entries.insert(map_key.to_vec(), v);
             }
         }
     }
@@ -87,20 +135,88 @@ impl Slot {
     /// Removes `map_key`; whether the slot is empty afterwards.
     fn remove(&mut self, map_key: &[u8]) -> bool {
         match self {
-            Slot::Value(_) => map_key.is_empty(),
+            Slot::Value { .. } => map_key.is_empty(),
             Slot::Map(m) => {
-                m.remove(map_key);
-                m.is_empty()
+                m.entries.remove(map_key);
+                m.entries.is_empty()
             }
         }
     }
 
     /// Every `(map key, value)` in map-key order.
-    fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &Vec<u8>)> + '_> {
+    fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
         match self {
-            Slot::Value(v) => Box::new(std::iter::once((&[][..], v))),
-            Slot::Map(m) => Box::new(m.iter().map(|(k, v)| (k.as_slice(), v))),
+            Slot::Value { bytes, prefix_len } => {
+                Box::new(std::iter::once((&[][..], &bytes[*prefix_len as usize..])))
+            }
+            Slot::Map(m) => Box::new(m.entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
         }
+    }
+
+    /// The bytes of its entries' full keys and values.
+    fn bytes(&self) -> u64 {
+        let prefix = self.prefix().len();
+        self.entries().map(|(mk, v)| (prefix + mk.len() + v.len()) as u64).sum()
+    }
+}
+
+/// The entries of one key group by prefix. ahash with a random seed: keys come from the
+/// data, so the hash must not be one an input can be crafted to collide.
+#[derive(Debug, Clone, Default)]
+struct Group {
+    table: HashTable<Slot>,
+    hasher: ahash::RandomState,
+}
+
+impl Group {
+    fn find(&self, prefix: &[u8]) -> Option<&Slot> {
+        self.table.find(self.hasher.hash_one(prefix), |s| s.prefix() == prefix)
+    }
+
+    /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
+    /// copied only for a new entry.
+    fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) {
+        let hash = self.hasher.hash_one(prefix);
+        match self.table.find_mut(hash, |s| s.prefix() == prefix) {
+            Some(slot) => slot.change(map_key, change),
+            None => {
+                let hasher = &self.hasher;
+                self.table
+                    .insert_unique(hash, Slot::new(prefix, map_key, change), |s| hasher.hash_one(s.prefix()));
+            }
+        }
+    }
+
+    fn remove(&mut self, prefix: &[u8], map_key: &[u8]) {
+        let hash = self.hasher.hash_one(prefix);
+        if let Ok(mut entry) = self.table.find_entry(hash, |s| s.prefix() == prefix) {
+            if entry.get_mut().remove(map_key) {
+                entry.remove();
+            }
+        }
+    }
+
+    /// Removes every entry under `prefix`.
+    fn remove_prefix(&mut self, prefix: &[u8]) {
+        let hash = self.hasher.hash_one(prefix);
+        if let Ok(entry) = self.table.find_entry(hash, |s| s.prefix() == prefix) {
+            entry.remove();
+        }
+    }
+
+    /// The slots sorted by prefix.
+    fn sorted(&self) -> Vec<&Slot> {
+        let mut slots: Vec<&Slot> = self.table.iter().collect();
+        slots.sort_unstable_by(|a, b| a.prefix().cmp(b.prefix()));
+        slots
+    }
+
+    /// The entries with their full keys, in key order.
+    fn sorted_entries(&self) -> Vec<(Vec<u8>, &[u8])> {
+        self.sorted()
+            .into_iter()
+            .flat_map(|slot| slot.entries().map(move |(mk, v)| (full_key(slot.prefix(), mk), v)))
+            .collect()
     }
 }
 
@@ -115,20 +231,6 @@ fn full_key(prefix: &[u8], map_key: &[u8]) -> Vec<u8> {
 /// layout is all prefix).
 fn split_encoded(key: &[u8]) -> (&[u8], &[u8]) {
     key.split_at(prefix_len(key).unwrap_or(key.len()))
-}
-
-/// A group's entries with their full keys, in key order.
-fn sorted_entries(group: &Group) -> Vec<(Vec<u8>, &Vec<u8>)> {
-    let mut prefixes: Vec<(&Vec<u8>, &Slot)> = group.iter().collect();
-    prefixes.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    prefixes
-        .into_iter()
-        .flat_map(|(p, slot)| slot.entries().map(move |(mk, v)| (full_key(p, mk), v)))
-        .collect()
-}
-
-fn slot_bytes(prefix: &[u8], slot: &Slot) -> u64 {
-    slot.entries().map(|(mk, v)| (prefix.len() + mk.len() + v.len()) as u64).sum()
 }
 
 /// Keyed state in memory.
@@ -197,18 +299,18 @@ impl HeapStateBackend {
             if self.range.contains(kg) {
                 let i = usize::from(kg - self.range.start);
                 let (prefix, map_key) = split_encoded(&key);
-                upsert(Arc::make_mut(&mut self.groups[i]), prefix, map_key, |v| *v = value);
+                Arc::make_mut(&mut self.groups[i]).upsert(prefix, map_key, Change::Set(&value));
             }
         }
     }
 
     /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer).
-    fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&Vec<u8>>) -> R) -> Result<R> {
+    fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
         let mut prefix = self.scratch.borrow_mut();
         prefix.clear();
         key.encode_prefix_into(&mut prefix)?;
-        Ok(f(g.get(prefix.as_slice()).and_then(|slot| slot.get(key.map_key))))
+        Ok(f(g.find(prefix.as_slice()).and_then(|slot| slot.get(key.map_key))))
     }
 
     fn group(&self, kg: u16) -> Result<&Group> {
@@ -233,15 +335,15 @@ impl HeapStateBackend {
         match op {
             BatchOp::Put(k, v) => {
                 let (prefix, map_key) = split_encoded(&k);
-                upsert(g, prefix, map_key, |slot| *slot = v);
+                g.upsert(prefix, map_key, Change::Set(&v));
             }
             BatchOp::Delete(k) => {
                 let (prefix, map_key) = split_encoded(&k);
-                remove(g, prefix, map_key);
+                g.remove(prefix, map_key);
             }
             BatchOp::Append(k, framed) => {
                 let (prefix, map_key) = split_encoded(&k);
-                upsert(g, prefix, map_key, |v| v.extend_from_slice(&framed));
+                g.upsert(prefix, map_key, Change::Append(&framed));
             }
         }
         Ok(())
@@ -260,25 +362,6 @@ impl HeapStateBackend {
         let out = encoded.and_then(|()| self.group_mut(key.key_group)).map(|g| f(g, &prefix, key.map_key));
         *self.scratch.get_mut() = prefix;
         out
-    }
-}
-
-/// Changes the value at `prefix + map_key` with `change`, creating it empty if absent; the
-/// prefix is copied only for a new entry.
-fn upsert(group: &mut Group, prefix: &[u8], map_key: &[u8], change: impl FnOnce(&mut Vec<u8>)) {
-    match group.get_mut(prefix) {
-        Some(slot) => change(slot.value_mut(map_key)),
-        None => {
-            let mut v = Vec::new();
-            change(&mut v);
-            group.insert(prefix.to_vec(), Slot::new(map_key, v));
-        }
-    }
-}
-
-fn remove(group: &mut Group, prefix: &[u8], map_key: &[u8]) {
-    if group.get_mut(prefix).is_some_and(|slot| slot.remove(map_key)) {
-        group.remove(prefix);
     }
 }
 
@@ -317,7 +400,7 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn get(&self, key: &StateKey<'_>) -> Result<Option<Vec<u8>>> {
-        self.read(key, |v| v.cloned())
+        self.read(key, |v| v.map(<[u8]>::to_vec))
     }
 
     fn get_into(&self, key: &StateKey<'_>, out: &mut Vec<u8>) -> Result<bool> {
@@ -327,23 +410,16 @@ impl KeyedStateBackend for HeapStateBackend {
 
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, map_key| {
-            upsert(g, prefix, map_key, |v| {
-                v.clear();
-                v.extend_from_slice(value);
-            })
-        })
+        self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, Change::Set(value)))
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
-        self.with_prefix_mut(key, remove)
+        self.with_prefix_mut(key, |g, prefix, map_key| g.remove(prefix, map_key))
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
         let framed = frame_list_element(element);
-        self.with_prefix_mut(key, |g, prefix, map_key| {
-            upsert(g, prefix, map_key, |v| v.extend_from_slice(&framed))
-        })
+        self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, Change::Append(&framed)))
     }
 
     fn write_batch(&mut self, batch: StateWriteBatch) -> Result<()> {
@@ -363,19 +439,17 @@ impl KeyedStateBackend for HeapStateBackend {
         let g = self.group(key.key_group)?;
         let mut prefix = Vec::new();
         key.encode_prefix_into(&mut prefix)?;
-        Ok(match g.get(&prefix) {
+        Ok(match g.find(&prefix) {
             Some(slot) => slot
                 .entries()
-                .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.clone() })
+                .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.to_vec() })
                 .collect(),
             None => Vec::new(),
         })
     }
 
     fn delete_map(&mut self, key: &StateKey<'_>) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, _| {
-            g.remove(prefix);
-        })
+        self.with_prefix_mut(key, |g, prefix, _| g.remove_prefix(prefix))
     }
 
     /// A page costs a pass over the key group's prefixes (the state browser's and a
@@ -383,19 +457,19 @@ impl KeyedStateBackend for HeapStateBackend {
     fn list_entries(&self, key_group: u16, after: Option<&[u8]>, limit: usize) -> Result<EntryPage> {
         let g = self.group(key_group)?;
         let after_prefix = after.map(|a| split_encoded(a).0);
-        let mut prefixes: Vec<(&Vec<u8>, &Slot)> =
-            g.iter().filter(|(p, _)| after_prefix.is_none_or(|a| p.as_slice() >= a)).collect();
+        let mut slots: Vec<&Slot> =
+            g.table.iter().filter(|s| after_prefix.is_none_or(|a| s.prefix() >= a)).collect();
         // Every prefix holds an entry, and only `after`'s own may hold none past it: the
         // `limit + 2` smallest prefixes hold the page and tell whether more follow.
-        if prefixes.len() > limit.saturating_add(2) {
-            prefixes.select_nth_unstable_by(limit + 2, |a, b| a.0.cmp(b.0));
-            prefixes.truncate(limit + 2);
+        if slots.len() > limit.saturating_add(2) {
+            slots.select_nth_unstable_by(limit + 2, |a, b| a.prefix().cmp(b.prefix()));
+            slots.truncate(limit + 2);
         }
-        prefixes.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut entries: Vec<RawEntry> = prefixes
+        slots.sort_unstable_by(|a, b| a.prefix().cmp(b.prefix()));
+        let mut entries: Vec<RawEntry> = slots
             .into_iter()
-            .flat_map(|(p, slot)| slot.entries().map(move |(mk, v)| (p, mk, v)))
-            .map(|(p, mk, v)| RawEntry { key: full_key(p, mk), value: v.clone() })
+            .flat_map(|slot| slot.entries().map(move |(mk, v)| (slot.prefix(), mk, v)))
+            .map(|(p, mk, v)| RawEntry { key: full_key(p, mk), value: v.to_vec() })
             .filter(|e| after.is_none_or(|a| e.key.as_slice() > a))
             .take(limit.saturating_add(1))
             .collect();
@@ -415,8 +489,8 @@ impl KeyedStateBackend for HeapStateBackend {
             .zip(&self.groups)
             .map(|(kg, g)| KeyGroupStats {
                 key_group: kg,
-                entries: g.values().map(|slot| slot.entries().count() as u64).sum(),
-                bytes: g.iter().map(|(p, slot)| slot_bytes(p, slot)).sum(),
+                entries: g.table.iter().map(|slot| slot.entries().count() as u64).sum(),
+                bytes: g.table.iter().map(Slot::bytes).sum(),
             })
             .collect())
     }
@@ -437,8 +511,8 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 }
 
-/// [`HeapSnapshotFile`] as written: the same fields, values borrowed from the shared maps
-/// (`&Vec<u8>` encodes exactly as `Vec<u8>`).
+/// [`HeapSnapshotFile`] as written: the same fields, values borrowed from the shared tables
+/// (`&[u8]` encodes exactly as `Vec<u8>`).
 #[derive(Serialize)]
 struct HeapSnapshotFileRef<'a> {
     format_version: u32,
@@ -447,7 +521,7 @@ struct HeapSnapshotFileRef<'a> {
 }
 
 /// [`GroupEntries`] borrowed.
-type GroupEntriesRef<'a> = (u16, Vec<(Vec<u8>, &'a Vec<u8>)>);
+type GroupEntriesRef<'a> = (u16, Vec<(Vec<u8>, &'a [u8])>);
 
 struct HeapSnapshot {
     range: KeyGroupRange,
@@ -465,8 +539,8 @@ impl StateSnapshot for HeapSnapshot {
                 .range
                 .iter()
                 .zip(&self.groups)
-                .filter(|(_, g)| !g.is_empty())
-                .map(|(kg, g)| (kg, sorted_entries(g)))
+                .filter(|(_, g)| !g.table.is_empty())
+                .map(|(kg, g)| (kg, g.sorted_entries()))
                 .collect(),
         };
         let data = bincode::serde::encode_to_vec(&file, bincode::config::standard())
