@@ -18,10 +18,9 @@ use crate::types::Timestamp;
 use crate::Result;
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
-use std::borrow::Borrow;
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
+use hashbrown::hash_table::OccupiedEntry;
+use hashbrown::HashTable;
+use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -96,55 +95,12 @@ pub(crate) type DueTimer = (Timestamp, u16, TimerKey);
 #[derive(Clone, Debug)]
 struct Timer(Timestamp, u16, TimerKey);
 
-/// A timer's identity, owned ([`Timer`]) or borrowed from the caller: the map is looked up
-/// without copying the key.
-trait TimerId {
-    fn id(&self) -> (Timestamp, u16, &[u8]);
-}
+/// A timer's identity: what it is hashed and compared by.
+type TimerId<'a> = (Timestamp, u16, &'a [u8]);
 
-impl TimerId for Timer {
-    fn id(&self) -> (Timestamp, u16, &[u8]) {
+impl Timer {
+    fn id(&self) -> TimerId<'_> {
         (self.0, self.1, &self.2)
-    }
-}
-
-impl TimerId for (Timestamp, u16, &[u8]) {
-    fn id(&self) -> (Timestamp, u16, &[u8]) {
-        *self
-    }
-}
-
-impl Hash for dyn TimerId + '_ {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.id().hash(state)
-    }
-}
-
-impl PartialEq for dyn TimerId + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.id() == other.id()
-    }
-}
-
-impl Eq for dyn TimerId + '_ {}
-
-impl Hash for Timer {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.id().hash(state)
-    }
-}
-
-impl PartialEq for Timer {
-    fn eq(&self, other: &Self) -> bool {
-        self.id() == other.id()
-    }
-}
-
-impl Eq for Timer {}
-
-impl<'a> Borrow<dyn TimerId + 'a> for Timer {
-    fn borrow(&self) -> &(dyn TimerId + 'a) {
-        self
     }
 }
 
@@ -158,14 +114,45 @@ struct Status {
     touched: bool,
 }
 
+/// Every timer that is live or that the backend holds, with its status: a table probed once
+/// per register, delete or fire. ahash with a random seed: keys come from the data.
+#[derive(Default)]
+struct TimerTable {
+    table: HashTable<(Timer, Status)>,
+    hasher: ahash::RandomState,
+}
+
+impl TimerTable {
+    fn hash(&self, id: TimerId<'_>) -> u64 {
+        self.hasher.hash_one(id)
+    }
+
+    fn find_mut(&mut self, id: TimerId<'_>) -> Option<&mut (Timer, Status)> {
+        self.table.find_mut(self.hash(id), |(t, _)| t.id() == id)
+    }
+
+    fn find_entry(&mut self, id: TimerId<'_>) -> Option<OccupiedEntry<'_, (Timer, Status)>> {
+        self.table.find_entry(self.hash(id), |(t, _)| t.id() == id).ok()
+    }
+
+    /// Adds a timer known to be absent.
+    fn insert(&mut self, timer: Timer, status: Status) {
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hasher.hash_one(timer.id()), (timer, status), |(t, _)| hasher.hash_one(t.id()));
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
 /// The timers of one domain.
 pub(crate) struct TimerQueue {
     state: StateId,
     /// The key group and key of the live timers (and of deleted ones not yet reached) by time.
     buckets: BTreeMap<Timestamp, Vec<(u16, TimerKey)>>,
-    /// Every timer that is live or that the backend holds. ahash with a random seed: keys
-    /// come from the data.
-    timers: HashMap<Timer, Status, ahash::RandomState>,
+    timers: TimerTable,
     /// The timers whose status changed since the last write-through (entries of timers gone
     /// since are skipped then, and dropped when the list outgrows the map).
     touched: Vec<Timer>,
@@ -179,7 +166,7 @@ impl TimerQueue {
             // Constant, valid names.
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
             buckets: BTreeMap::new(),
-            timers: HashMap::default(),
+            timers: TimerTable::default(),
             touched: Vec::new(),
             compact_at: 1024,
         }
@@ -197,15 +184,15 @@ impl TimerQueue {
         let timers = &mut self.timers;
         // A kept entry's flag is cleared so that a second entry of the same timer is dropped,
         // then set again.
-        self.touched.retain(|t| match timers.get_mut(t) {
-            Some(status) if status.touched => {
+        self.touched.retain(|t| match timers.find_mut(t.id()) {
+            Some((_, status)) if status.touched => {
                 status.touched = false;
                 true
             }
             _ => false,
         });
         for t in &self.touched {
-            if let Some(status) = timers.get_mut(t) {
+            if let Some((_, status)) = timers.find_mut(t.id()) {
                 status.touched = true;
             }
         }
@@ -214,29 +201,25 @@ impl TimerQueue {
 
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        match self.timers.entry(Timer(ts, key_group, TimerKey::new(key))) {
-            Entry::Occupied(mut e) => {
-                if e.get().live {
-                    return;
-                }
+        if let Some((timer, status)) = self.timers.find_mut((ts, key_group, key)) {
+            if !status.live {
                 // Deleted since the backend learnt of it: live again, no change to write.
-                e.get_mut().live = true;
-                self.buckets.entry(ts).or_default().push((key_group, e.key().2.clone()));
-            }
-            Entry::Vacant(e) => {
-                let timer = e.key().clone();
-                e.insert(Status { live: true, stored: false, touched: true });
+                status.live = true;
                 self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
-                self.touched.push(timer);
-                self.compact_touched();
             }
+            return;
         }
+        let timer = Timer(ts, key_group, TimerKey::new(key));
+        self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+        self.timers.insert(timer.clone(), Status { live: true, stored: false, touched: true });
+        self.touched.push(timer);
+        self.compact_touched();
     }
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        let id = &(ts, key_group, key) as &dyn TimerId;
-        let Some(status) = self.timers.get_mut(id) else { return };
+        let Some(mut entry) = self.timers.find_entry((ts, key_group, key)) else { return };
+        let (timer, status) = entry.get_mut();
         if !status.live {
             return;
         }
@@ -244,14 +227,11 @@ impl TimerQueue {
             status.live = false;
             if !status.touched {
                 status.touched = true;
-                // The map's key: a shared key is not copied.
-                if let Some((timer, _)) = self.timers.get_key_value(id) {
-                    self.touched.push(timer.clone());
-                }
+                self.touched.push(timer.clone());
             }
         } else {
             // Registered and gone between two write-throughs: the backend never hears of it.
-            self.timers.remove(id);
+            entry.remove();
         }
     }
 
@@ -270,23 +250,21 @@ impl TimerQueue {
             if first.get().is_empty() {
                 first.remove();
             }
-            let Entry::Occupied(mut e) = self.timers.entry(Timer(ts, key_group, key)) else { continue };
-            if !e.get().live {
+            let Some(mut entry) = self.timers.find_entry((ts, key_group, &key)) else { continue };
+            let (timer, status) = entry.get_mut();
+            if !status.live {
                 // A deleted (or already fired) timer's entry: skip it.
                 continue;
             }
-            let timer = e.key().clone();
-            if e.get().stored {
-                let status = e.get_mut();
+            if status.stored {
                 status.live = false;
                 if !status.touched {
                     status.touched = true;
                     self.touched.push(timer.clone());
                 }
             } else {
-                e.remove();
+                entry.remove();
             }
-            let Timer(ts, key_group, key) = timer;
             return Some((ts, key_group, key));
         }
     }
@@ -299,7 +277,7 @@ impl TimerQueue {
     /// Number of live timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.timers.values().filter(|s| s.live).count()
+        self.timers.table.iter().filter(|(_, s)| s.live).count()
     }
 
     /// Writes the timers registered and removed since the last write-through to the backend.
@@ -309,20 +287,21 @@ impl TimerQueue {
         }
         let mut batch = StateWriteBatch::new();
         for timer in std::mem::take(&mut self.touched) {
-            let Entry::Occupied(mut e) = self.timers.entry(timer) else { continue };
-            let Status { live, stored, touched } = *e.get();
+            let Some(mut e) = self.timers.find_entry(timer.id()) else { continue };
+            let status = &mut e.get_mut().1;
+            let Status { live, stored, touched } = *status;
             if !touched {
                 continue; // listed twice (gone and registered again): done already
             }
-            e.get_mut().touched = false;
-            let Timer(ts, key_group, key) = e.key();
+            status.touched = false;
+            let Timer(ts, key_group, key) = &timer;
             let time = encode_time(*ts);
             let mut sk = StateKey::new(*key_group, &self.state, key);
             sk.namespace = &time;
             match (live, stored) {
                 (true, false) => {
                     batch.put(&sk, &[])?;
-                    e.get_mut().stored = true;
+                    e.get_mut().1.stored = true;
                 }
                 (false, true) => {
                     batch.delete(&sk)?;
@@ -339,7 +318,7 @@ impl TimerQueue {
     /// Rebuilds the queue from the backend (after a restore).
     fn rebuild(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
         self.buckets.clear();
-        self.timers.clear();
+        self.timers.table.clear();
         self.touched.clear();
         self.compact_at = 1024;
         for kg in backend.key_groups().iter() {
@@ -357,10 +336,13 @@ impl TimerQueue {
                     }
                     let Some(d) = decode_key(&e.key) else { continue };
                     if let Some(ts) = decode_time(d.namespace) {
-                        let timer = Timer(ts, kg, TimerKey::new(d.key));
-                        if let Entry::Vacant(e) = self.timers.entry(timer) {
-                            self.buckets.entry(ts).or_default().push((kg, e.key().2.clone()));
-                            e.insert(Status { live: true, stored: true, touched: false });
+                        if self.timers.find_mut((ts, kg, d.key)).is_none() {
+                            let key = TimerKey::new(d.key);
+                            self.buckets.entry(ts).or_default().push((kg, key.clone()));
+                            self.timers.insert(
+                                Timer(ts, kg, key),
+                                Status { live: true, stored: true, touched: false },
+                            );
                         }
                     }
                 }
