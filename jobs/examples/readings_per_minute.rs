@@ -45,9 +45,7 @@ impl KeyedProcessFunction<i64, SensorReading, String> for PerMinute {
     ) -> Result<()> {
         let minute = ts + 1 - MINUTE;
         let sensor = *ctx.key();
-        let mut counts = ctx.map(&self.counts);
-        let n = counts.get(&minute)?.unwrap_or(0);
-        counts.remove(&minute)?;
+        let n = ctx.map(&self.counts).take(&minute)?.unwrap_or(0);
         out.collect(format!("sensor {sensor:>2}, minute {minute}: {n} readings"));
         Ok(())
     }

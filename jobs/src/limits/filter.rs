@@ -84,8 +84,7 @@ impl KeyedBroadcastProcessFunction<i64, ProcessedReading, LimitChange, Processed
         ctx: &mut KeyedContext<'_, i64>,
         out: &mut Output<'_, ProcessedReading>,
     ) -> Result<()> {
-        let Some(due) = ctx.map(&self.waiting).get(&ts)? else { return Ok(()) };
-        ctx.map(&self.waiting).remove(&ts)?;
+        let Some(due) = ctx.map(&self.waiting).take(&ts)? else { return Ok(()) };
         let limits = self.limits(ctx)?;
         for reading in due {
             if limits.plausible(reading.lat, ts, reading.temp_c) {

@@ -673,6 +673,18 @@ impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapHandl
         Ok(self.scope.backend.delete(&sk)?)
     }
 
+    /// Removes `map_key` and returns its value (`None` when absent or expired): the key is
+    /// encoded once, and a TTL refreshed on read is not refreshed for an entry going away.
+    pub fn take(&mut self, map_key: &UK) -> Result<Option<V>> {
+        let id = self.desc.d.id()?;
+        let mk = encode(id, map_key)?;
+        let mut sk = self.scope.state_key(id);
+        sk.map_key = &mk;
+        let Some(bytes) = self.scope.backend.get(&sk)? else { return Ok(None) };
+        self.scope.backend.delete(&sk)?;
+        self.scope.unwrap(&self.desc.d, id, &bytes)
+    }
+
     /// Every live entry, in the order of the encoded map keys.
     pub fn entries(&mut self) -> Result<Vec<(UK, V)>> {
         let id = self.desc.d.id()?;

@@ -389,6 +389,7 @@ impl KeyedProcessFunction<String, (String, String), String> for Kinds {
             "relist" => format!("{:?}", ctx.list(&self.list).update(&[n(1), n(2)])),
             "put" => format!("{:?}", ctx.map(&self.map).insert(&parts[1].to_string(), &n(2))),
             "del" => format!("{:?}", ctx.map(&self.map).remove(&parts[1].to_string())),
+            "take" => format!("{:?}", ctx.map(&self.map).take(&parts[1].to_string())?),
             "entries" => format!("{:?}", ctx.map(&self.map).entries()?),
             "has" => format!("{:?}", ctx.map(&self.map).contains(&parts[1].to_string())?),
             "sum" => format!("{:?}", ctx.reducing(&self.sum).add(n(1))?),
@@ -424,6 +425,9 @@ fn every_state_kind_reads_what_was_written_per_key() {
         a      entries        [(\"x\", 3), (\"y\", 2)]
         a      del x          Ok(())
         a      entries        [(\"y\", 2)]
+        a      take y         Some(2)
+        a      take y         None
+        a      entries        []
         a      sum 4          4
         a      sum 6          10
         b      sum 1          1
