@@ -628,18 +628,23 @@ impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapHandl
         MapHandle { scope, desc }
     }
 
-    fn with_entry<R>(&self, map_key: &UK, f: impl FnOnce(&StateKey<'_>) -> Result<R>) -> Result<R> {
+    /// Calls `f` with the backend and the key of `map_key`'s entry.
+    fn at_entry<R>(
+        &mut self,
+        map_key: &UK,
+        f: impl FnOnce(&mut dyn KeyedStateBackend, &StateKey<'_>) -> Result<R>,
+    ) -> Result<R> {
         let id = self.desc.d.id()?;
         let mk = encode(id, map_key)?;
         let mut sk = self.scope.state_key(id);
         sk.map_key = &mk;
-        f(&sk)
+        f(&mut *self.scope.backend, &sk)
     }
 
     /// The value of `map_key`, `None` when absent or expired.
     pub fn get(&mut self, map_key: &UK) -> Result<Option<V>> {
         let id = self.desc.d.id()?;
-        let Some(bytes) = self.with_entry(map_key, |sk| Ok(self.scope.backend.get(sk)?))? else {
+        let Some(bytes) = self.at_entry(map_key, |backend, sk| Ok(backend.get(sk)?))? else {
             return Ok(None);
         };
         let v: Option<V> = self.scope.unwrap(&self.desc.d, id, &bytes)?;
@@ -658,31 +663,26 @@ impl<UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapHandl
     pub fn insert(&mut self, map_key: &UK, value: &V) -> Result<()> {
         let id = self.desc.d.id()?;
         let bytes = self.scope.wrap(&self.desc.d, id, value)?;
-        let mk = encode(id, map_key)?;
-        let mut sk = self.scope.state_key(id);
-        sk.map_key = &mk;
-        Ok(self.scope.backend.put(&sk, &bytes)?)
+        self.at_entry(map_key, |backend, sk| Ok(backend.put(sk, &bytes)?))
     }
 
     /// Removes `map_key`.
     pub fn remove(&mut self, map_key: &UK) -> Result<()> {
-        let id = self.desc.d.id()?;
-        let mk = encode(id, map_key)?;
-        let mut sk = self.scope.state_key(id);
-        sk.map_key = &mk;
-        Ok(self.scope.backend.delete(&sk)?)
+        self.at_entry(map_key, |backend, sk| Ok(backend.delete(sk)?))
     }
 
     /// Removes `map_key` and returns its value (`None` when absent or expired): the key is
     /// encoded once, and a TTL refreshed on read is not refreshed for an entry going away.
     pub fn take(&mut self, map_key: &UK) -> Result<Option<V>> {
-        let id = self.desc.d.id()?;
-        let mk = encode(id, map_key)?;
-        let mut sk = self.scope.state_key(id);
-        sk.map_key = &mk;
-        let Some(bytes) = self.scope.backend.get(&sk)? else { return Ok(None) };
-        self.scope.backend.delete(&sk)?;
-        self.scope.unwrap(&self.desc.d, id, &bytes)
+        let taken = self.at_entry(map_key, |backend, sk| {
+            let bytes = backend.get(sk)?;
+            if bytes.is_some() {
+                backend.delete(sk)?;
+            }
+            Ok(bytes)
+        })?;
+        let Some(bytes) = taken else { return Ok(None) };
+        self.scope.unwrap(&self.desc.d, self.desc.d.id()?, &bytes)
     }
 
     /// Every live entry, in the order of the encoded map keys.

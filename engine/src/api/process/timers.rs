@@ -218,21 +218,29 @@ impl TimerQueue {
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        let Some(mut entry) = self.timers.find_entry((ts, key_group, key)) else { return };
+        if let Some(entry) = self.timers.find_entry((ts, key_group, key)) {
+            Self::retire(entry, &mut self.touched);
+        }
+    }
+
+    /// Takes a timer out of the live ones (deleted or fired); whether it was live. One the
+    /// backend holds stays, not live, listed for the next write-through; one registered and
+    /// gone between two write-throughs is dropped: the backend never hears of it.
+    fn retire(mut entry: OccupiedEntry<'_, (Timer, Status)>, touched: &mut Vec<Timer>) -> bool {
         let (timer, status) = entry.get_mut();
         if !status.live {
-            return;
+            return false;
         }
         if status.stored {
             status.live = false;
             if !status.touched {
                 status.touched = true;
-                self.touched.push(timer.clone());
+                touched.push(timer.clone());
             }
         } else {
-            // Registered and gone between two write-throughs: the backend never hears of it.
             entry.remove();
         }
+        true
     }
 
     /// Takes the earliest live timer due by `now` off the queue.
@@ -250,22 +258,11 @@ impl TimerQueue {
             if first.get().is_empty() {
                 first.remove();
             }
-            let Some(mut entry) = self.timers.find_entry((ts, key_group, &key)) else { continue };
-            let (timer, status) = entry.get_mut();
-            if !status.live {
-                // A deleted (or already fired) timer's entry: skip it.
-                continue;
+            // A deleted (or already fired) timer's entry is skipped.
+            let Some(entry) = self.timers.find_entry((ts, key_group, &key)) else { continue };
+            if Self::retire(entry, &mut self.touched) {
+                return Some((ts, key_group, key));
             }
-            if status.stored {
-                status.live = false;
-                if !status.touched {
-                    status.touched = true;
-                    self.touched.push(timer.clone());
-                }
-            } else {
-                entry.remove();
-            }
-            return Some((ts, key_group, key));
         }
     }
 
