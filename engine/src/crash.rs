@@ -40,6 +40,9 @@ pub const DURING_POSTGRES_RECOMMIT: &str = "during-postgres-recommit";
 /// others, and the removal of stale in-progress files, not yet); the checkpoint is the
 /// restored one.
 pub const DURING_ARCHIVE_REPUBLISH: &str = "during-archive-republish";
+/// An Iceberg committer read the table and did not find the checkpoint's snapshot there; it
+/// has not sent the commit yet.
+pub const ICEBERG_AFTER_TABLE_CHECK: &str = "iceberg-after-table-check";
 /// An Iceberg committer wrote the new table metadata of the checkpoint's snapshot; the
 /// catalog does not point at it yet.
 pub const ICEBERG_BEFORE_CATALOG_UPDATE: &str = "iceberg-before-catalog-update";

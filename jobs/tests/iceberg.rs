@@ -112,22 +112,43 @@ fn namespace() -> String {
     format!("t{}_{}", std::process::id(), nanos % 1_000_000_000_000)
 }
 
-/// Restores `args` until a run finishes.
-fn finish_with(args: &[String], env: &[(&str, String)]) {
-    for _ in 0..5 {
-        let (status, err) = wait(spawn(args, true, env));
-        if status.success() {
-            return;
-        }
-        eprintln!("restore failed ({status}), retrying: {err}");
-    }
-    panic!("the job did not finish after 5 restores");
+/// Restores `args` and runs it to the end; the restore must succeed at once (a failed
+/// restore is a test failure, never retried). Answers the run's stderr, for the story a
+/// failed check tells.
+fn finish_with(args: &[String], env: &[(&str, String)]) -> String {
+    let (status, err) = wait(spawn(args, true, env));
+    assert!(status.success(), "the restored run failed ({status}):\n{err}");
+    err
 }
 
+/// What the lake's `table` went through, for a failed check's message: each snapshot's
+/// checkpoint id, run, rows and the files it added.
+fn snapshot_story(lake: &Lake, table: &str) -> String {
+    let Ok(answer) = lake.try_read(table) else { return format!("{table}: unreadable") };
+    let mut story = format!("snapshots of {table}:\n");
+    for s in answer["snapshots"].as_array().into_iter().flatten() {
+        let p = &s["summary"];
+        story += &format!(
+            "  id {} parent {} checkpoint {} run {} rows {} added files {} added records {}\n",
+            s["id"],
+            s["parent"],
+            p["caudal.checkpoint-id"],
+            p["caudal.run"],
+            s["rows"],
+            p["added-data-files"],
+            p["added-records"]
+        );
+    }
+    story
+}
 /// The lake holds exactly what the input implies: every plausible reading and every window
-/// once (pyiceberg's rows against the oracle), one snapshot per checkpoint.
-fn assert_lake_equals_model(lake: &Lake, what: &str) {
+/// once (pyiceberg's rows against the oracle), one snapshot per checkpoint. `runs` (the
+/// jobs' stderr) goes into the message when it does not, with each table's snapshots.
+fn assert_lake_equals_model(lake: &Lake, what: &str, runs: &str) {
     let (windows, readings) = oracle::expected_records(&BASE_MODEL);
+    let fail = |table: &str, diff: String| -> ! {
+        panic!("{what}: iceberg {table}: {diff}\n{}\nthe runs' stderr:\n{runs}", snapshot_story(lake, table))
+    };
     let answer = lake.read("readings");
     let mut got: Vec<String> = answer["rows"]
         .as_array()
@@ -150,7 +171,9 @@ fn assert_lake_equals_model(lake: &Lake, what: &str) {
         .map(|r| format!("{} {} {} {} {}", r.sensor_id, r.ts, r.temp_c, r.temp_f, r.lat))
         .collect();
     want.sort();
-    assert_same_lines(&got, &want, &format!("{what}: iceberg readings"));
+    if let Some(diff) = lines_differ(&got, &want) {
+        fail("readings", diff);
+    }
     assert_one_snapshot_per_checkpoint(&answer, what);
 
     let answer = lake.read("windows");
@@ -175,7 +198,9 @@ fn assert_lake_equals_model(lake: &Lake, what: &str) {
         })
         .collect();
     want.sort();
-    assert_same_lines(&got, &want, &format!("{what}: iceberg windows"));
+    if let Some(diff) = lines_differ(&got, &want) {
+        fail("windows", diff);
+    }
 }
 
 /// Every snapshot names its checkpoint, the ids rise, and each holds more rows than the last.
@@ -212,7 +237,7 @@ fn clean_run(lake: Lake) {
     let args = lake.args(base_args(&d.out, &d.ckpt, 2));
     let (status, err) = wait(spawn(&args, false, &lake.env));
     assert!(status.success(), "the run failed: {err}");
-    assert_lake_equals_model(&lake, "clean run");
+    assert_lake_equals_model(&lake, "clean run", &err);
     assert_equals_expected(&d, "clean run");
     // Time travel: the snapshot of checkpoint n holds exactly what the file sink published
     // up to n (both sinks close their epoch at the same barrier).
@@ -278,13 +303,15 @@ fn crash_in(lake: &Lake, point: &str, restore_crash: Option<&str>) {
     let (status, err) = wait(spawn(&args, false, &with(format!("{point}:2"))));
     assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
     assert!(err.contains(&format!("crash point {point}")), "{err}");
+    let mut runs = format!("-- the run killed at {point}:\n{err}");
     if let Some(again) = restore_crash {
         let restored = latest_checkpoint(&d.ckpt).unwrap();
         let (status, err) = wait(spawn(&args, true, &with(format!("{again}:{restored}"))));
         assert_eq!(status.signal(), Some(9), "the crash point {again} was not reached: {status} {err}");
+        runs += &format!("-- the restore killed at {again}:\n{err}");
     }
-    finish_with(&args, &lake.env);
-    assert_lake_equals_model(lake, point);
+    runs += &format!("-- the restore that finished:\n{}", finish_with(&args, &lake.env));
+    assert_lake_equals_model(lake, point, &runs);
     assert_equals_expected(&d, point);
 }
 
@@ -325,6 +352,123 @@ fn killed_before_the_rest_catalog_update_the_lake_is_exact() {
     crash_in(&lake, "iceberg-before-catalog-update", None);
 }
 
+/// Killed after the committer looked at the table for checkpoint 2 (not there) and before
+/// it sent the commit: the restore commits it, once.
+#[test]
+fn killed_after_the_committers_look_before_its_commit_the_lake_is_exact() {
+    crash_at("iceberg-after-table-check", None);
+}
+
+/// Through the REST catalog: the process dies while the windows table's first commit (of
+/// checkpoint `n`) is on its way, and that commit lands only after the restored committer
+/// looked at the table and did not find `n` there — between its look and its commit (a link
+/// in front of the catalog holds the request back and releases it while the restored
+/// committer is held at the after-table-check point). Iceberg's transaction reads the table
+/// once more before it commits; the committer commits only on top of the table it looked
+/// at, so it meets a conflict, looks again, finds `n` and does not append `n`'s files a
+/// second time.
+#[test]
+fn a_commit_that_lands_between_the_restored_committers_look_and_its_commit_is_not_made_again() {
+    let Some(mut lake) = Lake::rest() else { return };
+    let link =
+        common::faulty_link::FaultyLink::to(lake.catalog.trim_start_matches("http://").trim_end_matches('/'));
+    lake.catalog = link.url();
+    link.hold_request(&format!("POST /v1/namespaces/{}/tables/windows ", lake.namespace));
+    let d = dirs();
+    let args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    let mut child = spawn(&args, false, &lake.env);
+    let checkpoint = until("a commit of the windows table is held", || {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before a windows commit was held");
+        link.held().and_then(|request| checkpoint_in(&request))
+    });
+    // The readings' commit of the same checkpoint is not held: let it land first, so that
+    // only the windows committer finds its checkpoint missing after the restore.
+    until("the readings table has the held checkpoint", || {
+        let readings = lake.try_read("readings").ok()?;
+        let ids: Vec<&str> = readings["snapshots"]
+            .as_array()?
+            .iter()
+            .filter_map(|s| s["summary"]["caudal.checkpoint-id"].as_str())
+            .collect();
+        ids.contains(&checkpoint.to_string().as_str()).then_some(())
+    });
+    child.kill().unwrap();
+    let mut runs =
+        format!("-- killed with checkpoint {checkpoint}'s windows commit held:\n{}", wait(child).1);
+
+    let mut env = lake.env.clone();
+    env.push(("CAUDAL__TEST_PAUSE_AT", format!("iceberg-after-table-check:{checkpoint}:4000")));
+    let restored = Watched::spawn(&args, true, &env);
+    until("the restored windows committer looked at the table", || {
+        restored.stderr().contains("pause point iceberg-after-table-check").then_some(())
+    });
+    link.release_held();
+    until("the held commit landed", || link.held_answered().then_some(()));
+    let (status, err) = restored.wait();
+    runs += &format!("-- the restore:\n{err}");
+    assert!(status.success(), "the restored run failed ({status}):\n{runs}");
+    let found = format!(
+        "({}.windows): checkpoint {checkpoint} was committed before (found in the table): not again",
+        lake.namespace
+    );
+    assert!(err.contains(&found), "the windows committer did not find its checkpoint: {runs}");
+    assert_lake_equals_model(&lake, "a commit landing between the look and the commit", &runs);
+    assert_equals_expected(&d, "a commit landing between the look and the commit");
+}
+
+/// The checkpoint id an Iceberg commit request carries in its snapshot summary.
+fn checkpoint_in(request: &str) -> Option<u64> {
+    let rest = request.split("\"caudal.checkpoint-id\":\"").nth(1)?;
+    rest.split('"').next()?.parse().ok()
+}
+
+/// Polls `ready` every 20 ms until it answers, for at most 60 s.
+fn until<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = ready() {
+            return t;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "not within 60 s: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A job whose stderr the test reads while it runs.
+struct Watched {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Watched {
+    fn spawn(args: &[String], restore: bool, env: &[(&str, String)]) -> Watched {
+        use std::io::Read;
+        let mut child = spawn(args, restore, env);
+        let mut pipe = child.stderr.take().unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let collected = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                collected.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Watched { child, stderr, reader }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        self.reader.join().unwrap();
+        let err = self.stderr.lock().unwrap().clone();
+        (status, err)
+    }
+}
+
 /// Through the REST catalog, the answer to the commit of the readings' first checkpoint is
 /// lost on the way back (the server applied it; the connection closes as its answer starts):
 /// the committer does not send it again blindly — it reads the table, finds the checkpoint
@@ -342,7 +486,7 @@ fn a_rest_commit_whose_answer_is_lost_is_found_in_the_table_not_sent_again() {
     assert!(status.success(), "the run failed: {err}");
     assert_eq!(link.answers_lost(), 1, "no commit answer was lost: {err}");
     assert!(err.contains("was committed before (found in the table): not again"), "{err}");
-    assert_lake_equals_model(&lake, "a lost commit answer");
+    assert_lake_equals_model(&lake, "a lost commit answer", &err);
     assert_equals_expected(&d, "a lost commit answer");
 }
 
@@ -359,6 +503,7 @@ fn killed_at_ten_random_moments_the_lake_is_exact() {
     let args = lake.args(base_args(&d.out, &d.ckpt, 2));
     let mut seed: u64 = 0x1ceb;
     let mut kills = 0;
+    let mut runs = String::new();
     while kills < 10 {
         let mut child = spawn(&args, has_completed_checkpoint(&d.ckpt), &[]);
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -371,12 +516,12 @@ fn killed_at_ten_random_moments_the_lake_is_exact() {
             break;
         }
         child.kill().unwrap();
-        let _ = child.wait();
+        runs += &format!("-- killed after {delay:?}:\n{}", wait(child).1);
         kills += 1;
     }
     assert!(kills >= 5, "the job finished too early to be killed ({kills} kills)");
-    finish_with(&args, &[]);
-    assert_lake_equals_model(&lake, &format!("after {kills} kills"));
+    runs += &format!("-- the restore that finished:\n{}", finish_with(&args, &[]));
+    assert_lake_equals_model(&lake, &format!("after {kills} kills"), &runs);
     assert_equals_expected(&d, &format!("after {kills} kills"));
 }
 
@@ -455,8 +600,9 @@ fn trino_reads_the_lake_exactly_after_a_kill_in_the_commit_window() {
     env.push(("CAUDAL__TEST_CRASH_AT", format!("{point}:2")));
     let (status, err) = wait(spawn(&args, false, &env));
     assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
-    finish_with(&args, &lake.env);
-    assert_lake_equals_model(&lake, "S3, killed in the commit window");
+    let runs =
+        format!("-- the run killed at {point}:\n{err}-- the restore:\n{}", finish_with(&args, &lake.env));
+    assert_lake_equals_model(&lake, "S3, killed in the commit window", &runs);
 
     let (windows, readings) = oracle::expected_records(&BASE_MODEL);
     let table = format!("lake.{}.readings", lake.namespace);
@@ -520,6 +666,6 @@ fn an_s3_outage_stalls_the_lake_and_the_run_ends_exact() {
     let (status, err) = wait(child);
     assert!(status.success(), "the job did not ride out a 3 s S3 outage: {err}");
     assert!(err.contains("backing off"), "no request met the outage (no retry logged): {err}");
-    assert_lake_equals_model(&lake, "a 3 s S3 outage");
+    assert_lake_equals_model(&lake, "a 3 s S3 outage", &err);
     assert_equals_expected(&d, "a 3 s S3 outage");
 }

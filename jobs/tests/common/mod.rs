@@ -161,14 +161,22 @@ pub fn assert_equals_expected(d: &Dirs, what: &str) {
 /// `got` equals `want` (both sorted); otherwise says how many are missing, duplicated or
 /// unexpected, with an example of each.
 pub fn assert_same_lines(got: &[String], want: &[String], what: &str) {
+    if let Some(diff) = lines_differ(got, want) {
+        panic!("{what}: {diff}");
+    }
+}
+
+/// How `got` differs from `want` (both sorted): how many lines are missing, duplicated or
+/// unexpected, with an example of each; `None` when they are equal.
+pub fn lines_differ(got: &[String], want: &[String]) -> Option<String> {
     if got == want {
-        return;
+        return None;
     }
     let dupes: Vec<&String> = got.windows(2).filter(|w| w[0] == w[1]).map(|w| &w[0]).collect();
     let missing: Vec<&String> = want.iter().filter(|l| got.binary_search(l).is_err()).collect();
     let unexpected: Vec<&String> = got.iter().filter(|l| want.binary_search(l).is_err()).collect();
-    panic!(
-        "{what}: {} lines, {} expected; {} missing (e.g. {:?}), {} duplicated (e.g. {:?}), {} unexpected (e.g. {:?})",
+    Some(format!(
+        "{} lines, {} expected; {} missing (e.g. {:?}), {} duplicated (e.g. {:?}), {} unexpected (e.g. {:?})",
         got.len(),
         want.len(),
         missing.len(),
@@ -177,7 +185,7 @@ pub fn assert_same_lines(got: &[String], want: &[String], what: &str) {
         dupes.first(),
         unexpected.len(),
         unexpected.first()
-    );
+    ))
 }
 
 /// Restores (from the latest checkpoint, when one completed) and runs to the end. The

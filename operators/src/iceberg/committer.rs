@@ -8,7 +8,8 @@
 //! checkpoint id. Before every attempt it reads the table: an epoch whose checkpoint id is
 //! already in the run's newest snapshot (walking back from the current one) is not
 //! committed again — a commit that landed before a crash, or before an answer was lost, is
-//! never repeated (Flink's `max-committed-checkpoint-id` rule). That look comes before every
+//! never repeated (Flink's `max-committed-checkpoint-id` rule) — and the commit goes on top of
+//! the very table looked at, or not at all ([`super::catalog`]). That look comes before every
 //! retry too: a conflict is not retried inside Iceberg's transaction (it would append the
 //! files again on top of whatever came first), and a commit whose answer was lost — the SQL
 //! catalog's connection dropped, a REST catalog's `5xx` or timeout — is retried only after
@@ -150,6 +151,9 @@ impl IcebergCommitter {
             if epoch != u64::MAX && committed_checkpoint(table.metadata(), &sink, &run) >= epoch {
                 return Ok(None);
             }
+            if epoch != u64::MAX {
+                crash::point(crash::ICEBERG_AFTER_TABLE_CHECK, CheckpointId(epoch));
+            }
             let data_files = decode(table.metadata(), files)?;
             let mut props = HashMap::from([
                 (summary::JOB.to_string(), job.clone()),
@@ -169,7 +173,7 @@ impl IcebergCommitter {
                 .set_snapshot_properties(props);
             let tx = append.apply(tx).map_err(|e| classify(&e))?;
             let (catalog, rt) = c.catalog()?;
-            match rt.block_on(super::catalog::committing(epoch, tx.commit(catalog))) {
+            match rt.block_on(super::catalog::committing(epoch, &table, tx.commit(catalog))) {
                 Ok(t) => Ok(Some(t)),
                 Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
                     Err(Failure::Transient(format!("another writer committed first: {e:#}")))

@@ -274,6 +274,61 @@ fn a_rest_conflict_is_handed_back_not_retried_inside_the_transaction() {
     });
 }
 
+/// The committer read the table (its checkpoint not there) and then a commit landed — the
+/// same checkpoint's, sent by a process killed with it in flight. Iceberg's transaction reads
+/// the table again before it commits, and on its own would append the files on top of what
+/// landed; inside [`super::catalog::committing`] that second read finds the table moved and
+/// the commit comes back as a conflict, unsent, so the committer looks again. Against the
+/// SQL catalog and the REST catalog.
+fn a_table_that_moved_after_the_look_is_a_conflict(config: IcebergConfig) {
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    write_epoch(&config, "a1", 1, readings(0, 10));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let catalog = IcebergCatalog::for_config(&config).await.unwrap();
+        let (ns, name) = config.table_ident().unwrap();
+        let ident = TableIdent::new(iceberg::NamespaceIdent::from_vec(ns).unwrap(), name);
+        let looked_at = catalog.load_table(&ident).await.unwrap();
+        let snapshot = looked_at.metadata().current_snapshot().unwrap();
+        let list = looked_at.manifest_list_reader(snapshot).load().await.unwrap();
+        let entries = list.entries()[0].load_manifest(looked_at.file_io()).await.unwrap();
+        let data_file = entries.entries()[0].data_file().clone();
+        let append = |table: &iceberg::table::Table| {
+            let tx = Transaction::new(table);
+            tx.fast_append()
+                .with_check_duplicate(false)
+                .add_data_files([data_file.clone()])
+                .apply(tx)
+                .unwrap()
+        };
+        // The commit in flight lands after the look.
+        append(&looked_at).commit(&catalog).await.unwrap();
+        let err =
+            super::catalog::committing(2, &looked_at, append(&looked_at).commit(&catalog)).await.unwrap_err();
+        assert_eq!(err.kind(), iceberg::ErrorKind::CatalogCommitConflicts, "{err}");
+        assert!(!err.retryable(), "{err}");
+        assert!(err.to_string().contains("changed after the committer read it"), "{err}");
+        let now = catalog.load_table(&ident).await.unwrap();
+        assert_eq!(now.metadata().snapshots().count(), 2, "checkpoint 1 and the one that landed, no third");
+        // On top of the table as it is now, the same commit goes through.
+        super::catalog::committing(2, &now, append(&now).commit(&catalog)).await.unwrap();
+        assert_eq!(catalog.load_table(&ident).await.unwrap().metadata().snapshots().count(), 3);
+    });
+}
+
+#[test]
+fn a_table_that_moved_after_the_committers_look_is_a_conflict_in_the_sql_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    a_table_that_moved_after_the_look_is_a_conflict(config);
+}
+
+#[test]
+fn a_table_that_moved_after_the_committers_look_is_a_conflict_in_the_rest_catalog() {
+    let Some(config) = rest_config() else { return };
+    a_table_that_moved_after_the_look_is_a_conflict(config);
+}
+
 /// The REST catalog as a writer sees it whose view of the table is behind: every load
 /// answers the table as it was read, commits go through (and are counted).
 #[derive(Debug)]

@@ -12,7 +12,11 @@
 //! Iceberg's own retry would append the same files on top of whatever came first — the
 //! committer instead reads the table, finds whether its checkpoint is already there, and
 //! only then commits again. Any other failure (a lost answer, `5xx`, a timeout) has an
-//! unknown outcome and is not retryable here at all.
+//! unknown outcome and is not retryable here at all. And the commit goes on top of exactly
+//! the table the committer looked at: Iceberg's transaction reads the table once more
+//! before it sends the commit, and a table that moved in between (another commit of the
+//! same checkpoint landed — one a killed process had in flight) is a conflict too, so the
+//! committer looks again instead of appending its files a second time.
 //!
 //! [`open`] is the one way in: the job's committer and writers, `caudal iceberg snapshots`
 //! and the tests all open their catalog through it.
@@ -34,17 +38,26 @@ use std::future::Future;
 
 pub use sql::PostgresCatalog;
 
-tokio::task_local! {
-    /// The checkpoint whose epoch the commit in flight carries: the REST catalog's crash
-    /// points name it (the request itself is opaque to us; the SQL catalog reads it from the
-    /// metadata it writes).
-    static COMMITTING: u64;
+/// The commit in flight, as the catalog sees it from inside the transaction.
+#[derive(Debug, Clone)]
+struct Committing {
+    /// The checkpoint whose epoch it carries: the REST catalog's crash points name it (the
+    /// request itself is opaque to us; the SQL catalog reads it from the metadata it writes).
+    checkpoint: u64,
+    /// The table's metadata as the committer read it when it looked for its checkpoint.
+    base: Option<String>,
 }
 
-/// Runs `commit` (a transaction's commit) as the commit of checkpoint `checkpoint`, for the
-/// crash points of the commit protocol.
-pub(crate) async fn committing<F: Future>(checkpoint: u64, commit: F) -> F::Output {
-    COMMITTING.scope(checkpoint, commit).await
+tokio::task_local! {
+    static COMMITTING: Committing;
+}
+
+/// Runs `commit` (a transaction's commit) as the commit of checkpoint `checkpoint` on top of
+/// `base`, the table the committer looked at: the transaction's own refresh of the table
+/// must find it unchanged, or the commit is handed back as a conflict, unsent (module doc).
+pub(crate) async fn committing<F: Future>(checkpoint: u64, base: &Table, commit: F) -> F::Output {
+    let base = base.metadata_location().map(str::to_string);
+    COMMITTING.scope(Committing { checkpoint, base }, commit).await
 }
 
 /// An Iceberg catalog Caudal opened: the SQL catalog or a REST catalog.
@@ -165,8 +178,22 @@ impl Catalog for IcebergCatalog {
         }
     }
 
+    /// Inside [`committing`], a table that moved since the committer looked at it is a
+    /// conflict: Iceberg's transaction reads the table again before it commits and would
+    /// otherwise append on top of whatever landed in between — the commit of the same
+    /// checkpoint by a process that died with it in flight, say.
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
-        self.inner().load_table(table).await
+        let loaded = self.inner().load_table(table).await?;
+        if let Ok(Some(base)) = COMMITTING.try_with(|c| c.base.clone()) {
+            if loaded.metadata_location() != Some(base.as_str()) {
+                return Err(Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!("table {table} changed after the committer read it ({base}): read it again"),
+                )
+                .with_retryable(false));
+            }
+        }
+        Ok(loaded)
     }
 
     async fn drop_table(&self, table: &TableIdent) -> Result<()> {
@@ -193,7 +220,7 @@ impl Catalog for IcebergCatalog {
         let result = match self {
             IcebergCatalog::Sql(c) => c.update_table(commit).await,
             IcebergCatalog::Rest { catalog, .. } => {
-                let checkpoint = caudal::CheckpointId(COMMITTING.try_with(|c| *c).unwrap_or(0));
+                let checkpoint = caudal::CheckpointId(COMMITTING.try_with(|c| c.checkpoint).unwrap_or(0));
                 caudal::crash::point(caudal::crash::ICEBERG_BEFORE_CATALOG_UPDATE, checkpoint);
                 let result = catalog.update_table(commit).await;
                 caudal::crash::point(caudal::crash::ICEBERG_AFTER_CATALOG_UPDATE, checkpoint);
