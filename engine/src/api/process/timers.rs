@@ -1,11 +1,13 @@
 //! Timers of keyed process functions: event-time and processing-time, at most one per key
 //! and timestamp.
 //!
-//! In memory, timers wait in buckets by time (a B-tree of times, each with its keys: the
-//! timers of many keys often share a time) with a map of the live ones (and of those the
-//! backend still holds), so registering, deleting and firing cost one hash and a push or a
-//! pop whatever the number of timers (a deleted timer stays in its bucket until its time and
-//! is skipped then). A key of up to [`INLINE_KEY`] bytes (a number,
+//! In memory, timers wait in buckets by time (a B-tree of times: the timers of many keys
+//! often share a time), each with its keys in order and a table of its live timers (and of
+//! those the backend still holds), so registering, deleting and firing cost one lookup of
+//! the time, one hash and a push or a pop whatever the number of timers (a deleted timer
+//! stays in its bucket's order until its time and is skipped then). Timers of one time are
+//! usually registered together and always fire together, so their bucket's table is warm in
+//! cache when probed. A key of up to [`INLINE_KEY`] bytes (a number,
 //! a short string) is stored inline: a timer costs no allocation and its lookup no pointer
 //! chase. At each barrier the timers registered or removed since the last one are written
 //! through to the subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
@@ -95,15 +97,6 @@ pub(crate) type DueTimer = (Timestamp, u16, TimerKey);
 #[derive(Clone, Debug)]
 struct Timer(Timestamp, u16, TimerKey);
 
-/// A timer's identity: what it is hashed and compared by.
-type TimerId<'a> = (Timestamp, u16, &'a [u8]);
-
-impl Timer {
-    fn id(&self) -> TimerId<'_> {
-        (self.0, self.1, &self.2)
-    }
-}
-
 /// Where a timer stands: whether it is live (waits to fire), whether the backend holds it
 /// (as of the last write-through), and whether it is on the list of timers to look at at
 /// the next write-through. A timer neither live nor held by the backend has no entry.
@@ -114,50 +107,68 @@ struct Status {
     touched: bool,
 }
 
-/// Every timer that is live or that the backend holds, with its status: a table probed once
-/// per register, delete or fire. ahash with a random seed: keys come from the data.
+/// A timer's entry in its time's bucket.
+type Slot = (u16, TimerKey, Status);
+
+/// The timers of one time: their keys in the order they became live (fired from the end; a
+/// deleted timer's entry stays until its time and is skipped then), and every one that is
+/// live or that the backend holds, with its status — a table probed once per register,
+/// delete or fire, and small and warm in cache when timers of one time come together (a
+/// timer per record at its time plus a constant, say), where one table of every timer would
+/// cost a cache miss per probe.
 #[derive(Default)]
-struct TimerTable {
-    table: HashTable<(Timer, Status)>,
-    hasher: ahash::RandomState,
-}
-
-impl TimerTable {
-    fn hash(&self, id: TimerId<'_>) -> u64 {
-        self.hasher.hash_one(id)
-    }
-
-    fn find_mut(&mut self, id: TimerId<'_>) -> Option<&mut (Timer, Status)> {
-        self.table.find_mut(self.hash(id), |(t, _)| t.id() == id)
-    }
-
-    fn find_entry(&mut self, id: TimerId<'_>) -> Option<OccupiedEntry<'_, (Timer, Status)>> {
-        self.table.find_entry(self.hash(id), |(t, _)| t.id() == id).ok()
-    }
-
-    /// Adds a timer known to be absent.
-    fn insert(&mut self, timer: Timer, status: Status) {
-        let hasher = &self.hasher;
-        self.table
-            .insert_unique(hasher.hash_one(timer.id()), (timer, status), |(t, _)| hasher.hash_one(t.id()));
-    }
-
-    fn len(&self) -> usize {
-        self.table.len()
-    }
+struct Bucket {
+    order: Vec<(u16, TimerKey)>,
+    table: HashTable<Slot>,
 }
 
 /// The timers of one domain.
 pub(crate) struct TimerQueue {
     state: StateId,
-    /// The key group and key of the live timers (and of deleted ones not yet reached) by time.
-    buckets: BTreeMap<Timestamp, Vec<(u16, TimerKey)>>,
-    timers: TimerTable,
+    /// The buckets by time. A bucket goes when its order is spent (every timer fired or
+    /// deleted).
+    buckets: BTreeMap<Timestamp, Bucket>,
+    /// Hashes a timer's key group and key. ahash with a random seed: keys come from the data.
+    hasher: ahash::RandomState,
+    /// Timers in the buckets' tables.
+    entries: usize,
     /// The timers whose status changed since the last write-through (entries of timers gone
-    /// since are skipped then, and dropped when the list outgrows the map).
+    /// since are skipped then, and dropped when the list outgrows the tables).
     touched: Vec<Timer>,
+    /// Timers the backend holds whose bucket went (fired or deleted): deleted from the
+    /// backend at the next write-through, before anything registered since is written.
+    doomed: Vec<Timer>,
     /// The list's length that triggers its next compaction.
     compact_at: usize,
+}
+
+/// The status of the timer `(ts, key_group, key)`, when it has an entry.
+fn status_of<'b>(
+    buckets: &'b mut BTreeMap<Timestamp, Bucket>,
+    hasher: &ahash::RandomState,
+    Timer(ts, key_group, key): &Timer,
+) -> Option<&'b mut Status> {
+    let bucket = buckets.get_mut(ts)?;
+    let hash = hasher.hash_one((*key_group, &**key));
+    bucket.table.find_mut(hash, |(g, k, _)| g == key_group && **k == **key).map(|(_, _, status)| status)
+}
+
+/// Puts (or deletes) timer `(ts, key_group, key)` of state `state` in `batch`.
+fn write(
+    batch: &mut StateWriteBatch,
+    state: &StateId,
+    Timer(ts, key_group, key): &Timer,
+    put: bool,
+) -> Result<()> {
+    let time = encode_time(*ts);
+    let mut sk = StateKey::new(*key_group, state, key);
+    sk.namespace = &time;
+    if put {
+        batch.put(&sk, &[])?;
+    } else {
+        batch.delete(&sk)?;
+    }
+    Ok(())
 }
 
 impl TimerQueue {
@@ -166,10 +177,16 @@ impl TimerQueue {
             // Constant, valid names.
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
             buckets: BTreeMap::new(),
-            timers: TimerTable::default(),
+            hasher: ahash::RandomState::new(),
+            entries: 0,
             touched: Vec::new(),
+            doomed: Vec::new(),
             compact_at: 1024,
         }
+    }
+
+    fn hash(&self, key_group: u16, key: &[u8]) -> u64 {
+        self.hasher.hash_one((key_group, key))
     }
 
     /// Keeps only the list's entries still waiting for the write-through, each once, when
@@ -181,66 +198,80 @@ impl TimerQueue {
         if self.touched.len() <= self.compact_at {
             return;
         }
-        let timers = &mut self.timers;
+        let (buckets, hasher) = (&mut self.buckets, &self.hasher);
         // A kept entry's flag is cleared so that a second entry of the same timer is dropped,
         // then set again.
-        self.touched.retain(|t| match timers.find_mut(t.id()) {
-            Some((_, status)) if status.touched => {
+        self.touched.retain(|t| match status_of(buckets, hasher, t) {
+            Some(status) if status.touched => {
                 status.touched = false;
                 true
             }
             _ => false,
         });
         for t in &self.touched {
-            if let Some((_, status)) = timers.find_mut(t.id()) {
+            if let Some(status) = status_of(buckets, hasher, t) {
                 status.touched = true;
             }
         }
-        self.compact_at = 2 * self.touched.len().max(self.timers.len()) + 1024;
+        self.compact_at = 2 * self.touched.len().max(self.entries) + 1024;
     }
 
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        if let Some((timer, status)) = self.timers.find_mut((ts, key_group, key)) {
+        let hash = self.hash(key_group, key);
+        let bucket = self.buckets.entry(ts).or_default();
+        if let Some((_, k, status)) = bucket.table.find_mut(hash, |(g, k, _)| *g == key_group && **k == *key)
+        {
             if !status.live {
                 // Deleted since the backend learnt of it: live again, no change to write.
                 status.live = true;
-                self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
+                bucket.order.push((key_group, k.clone()));
             }
             return;
         }
-        let timer = Timer(ts, key_group, TimerKey::new(key));
-        self.buckets.entry(ts).or_default().push((key_group, timer.2.clone()));
-        self.timers.insert(timer.clone(), Status { live: true, stored: false, touched: true });
-        self.touched.push(timer);
+        let k = TimerKey::new(key);
+        bucket.order.push((key_group, k.clone()));
+        let hasher = &self.hasher;
+        bucket.table.insert_unique(
+            hash,
+            (key_group, k.clone(), Status { live: true, stored: false, touched: true }),
+            |(g, k, _)| hasher.hash_one((*g, &**k)),
+        );
+        self.entries += 1;
+        self.touched.push(Timer(ts, key_group, k));
         self.compact_touched();
     }
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
-        if let Some(entry) = self.timers.find_entry((ts, key_group, key)) {
-            Self::retire(entry, &mut self.touched);
+        let hash = self.hash(key_group, key);
+        let Some(bucket) = self.buckets.get_mut(&ts) else { return };
+        if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
+            let (_, removed) = Self::retire(entry, ts, &mut self.touched);
+            self.entries -= usize::from(removed);
         }
     }
 
-    /// Takes a timer out of the live ones (deleted or fired); whether it was live. One the
-    /// backend holds stays, not live, listed for the next write-through; one registered and
-    /// gone between two write-throughs is dropped: the backend never hears of it.
-    fn retire(mut entry: OccupiedEntry<'_, (Timer, Status)>, touched: &mut Vec<Timer>) -> bool {
-        let (timer, status) = entry.get_mut();
+    /// Takes a timer out of the live ones (deleted or fired): whether it was live, and
+    /// whether its entry went. One the backend holds stays, not live, listed for the next
+    /// write-through; one registered and gone between two write-throughs is dropped: the
+    /// backend never hears of it.
+    fn retire(mut entry: OccupiedEntry<'_, Slot>, ts: Timestamp, touched: &mut Vec<Timer>) -> (bool, bool) {
+        let (key_group, key, status) = entry.get_mut();
         if !status.live {
-            return false;
+            return (false, false);
         }
         if status.stored {
             status.live = false;
             if !status.touched {
                 status.touched = true;
-                touched.push(timer.clone());
+                touched.push(Timer(ts, *key_group, key.clone()));
             }
+            (true, false)
         } else {
             entry.remove();
+            (true, true)
         }
-        true
     }
 
     /// Takes the earliest live timer due by `now` off the queue.
@@ -251,17 +282,31 @@ impl TimerQueue {
             if ts > now {
                 return None;
             }
-            let Some((key_group, key)) = first.get_mut().pop() else {
-                first.remove();
-                continue;
-            };
-            if first.get().is_empty() {
-                first.remove();
+            let bucket = first.get_mut();
+            let mut due = None;
+            if let Some((key_group, key)) = bucket.order.pop() {
+                let hash = self.hasher.hash_one((key_group, &*key));
+                // A deleted (or already fired) timer's entry is skipped.
+                if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
+                    let (live, removed) = Self::retire(entry, ts, &mut self.touched);
+                    self.entries -= usize::from(removed);
+                    due = live.then_some((ts, key_group, key));
+                }
             }
-            // A deleted (or already fired) timer's entry is skipped.
-            let Some(entry) = self.timers.find_entry((ts, key_group, &key)) else { continue };
-            if Self::retire(entry, &mut self.touched) {
-                return Some((ts, key_group, key));
+            if bucket.order.is_empty() {
+                // Every timer of this time fired or was deleted: those the backend still
+                // holds leave it at the next write-through.
+                let bucket = first.remove();
+                self.entries -= bucket.table.len();
+                for (key_group, key, status) in bucket.table {
+                    debug_assert!(!status.live, "a live timer has an entry in its bucket's order");
+                    if status.stored {
+                        self.doomed.push(Timer(ts, key_group, key));
+                    }
+                }
+            }
+            if due.is_some() {
+                return due;
             }
         }
     }
@@ -274,49 +319,56 @@ impl TimerQueue {
     /// Number of live timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.timers.table.iter().filter(|(_, s)| s.live).count()
+        self.buckets.values().flat_map(|b| b.table.iter()).filter(|(_, _, s)| s.live).count()
     }
 
     /// Writes the timers registered and removed since the last write-through to the backend.
     pub(crate) fn write_through(&mut self, backend: &mut dyn KeyedStateBackend) -> Result<()> {
-        if self.touched.is_empty() {
+        if self.touched.is_empty() && self.doomed.is_empty() {
             return Ok(());
         }
         let mut batch = StateWriteBatch::new();
+        // First: a doomed timer registered again since is put after its delete.
+        for timer in std::mem::take(&mut self.doomed) {
+            write(&mut batch, &self.state, &timer, false)?;
+        }
         for timer in std::mem::take(&mut self.touched) {
-            let Some(mut e) = self.timers.find_entry(timer.id()) else { continue };
-            let status = &mut e.get_mut().1;
+            let Timer(ts, key_group, key) = &timer;
+            let hash = self.hash(*key_group, key);
+            let Some(bucket) = self.buckets.get_mut(ts) else { continue };
+            let Ok(mut e) = bucket.table.find_entry(hash, |(g, k, _)| g == key_group && **k == **key) else {
+                continue;
+            };
+            let status = &mut e.get_mut().2;
             let Status { live, stored, touched } = *status;
             if !touched {
                 continue; // listed twice (gone and registered again): done already
             }
             status.touched = false;
-            let Timer(ts, key_group, key) = &timer;
-            let time = encode_time(*ts);
-            let mut sk = StateKey::new(*key_group, &self.state, key);
-            sk.namespace = &time;
             match (live, stored) {
                 (true, false) => {
-                    batch.put(&sk, &[])?;
-                    e.get_mut().1.stored = true;
+                    status.stored = true;
+                    write(&mut batch, &self.state, &timer, true)?;
                 }
                 (false, true) => {
-                    batch.delete(&sk)?;
                     e.remove();
+                    self.entries -= 1;
+                    write(&mut batch, &self.state, &timer, false)?;
                 }
                 // Deleted and registered again, or nothing to say.
                 _ => {}
             }
         }
-        self.compact_at = 2 * self.timers.len() + 1024;
+        self.compact_at = 2 * self.entries + 1024;
         Ok(backend.write_batch(batch)?)
     }
 
     /// Rebuilds the queue from the backend (after a restore).
     fn rebuild(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
         self.buckets.clear();
-        self.timers.table.clear();
+        self.entries = 0;
         self.touched.clear();
+        self.doomed.clear();
         self.compact_at = 1024;
         for kg in backend.key_groups().iter() {
             let mut prefix = Vec::new();
@@ -333,13 +385,18 @@ impl TimerQueue {
                     }
                     let Some(d) = decode_key(&e.key) else { continue };
                     if let Some(ts) = decode_time(d.namespace) {
-                        if self.timers.find_mut((ts, kg, d.key)).is_none() {
+                        let hash = self.hash(kg, d.key);
+                        let bucket = self.buckets.entry(ts).or_default();
+                        if bucket.table.find(hash, |(g, k, _)| *g == kg && **k == *d.key).is_none() {
                             let key = TimerKey::new(d.key);
-                            self.buckets.entry(ts).or_default().push((kg, key.clone()));
-                            self.timers.insert(
-                                Timer(ts, kg, key),
-                                Status { live: true, stored: true, touched: false },
+                            bucket.order.push((kg, key.clone()));
+                            let hasher = &self.hasher;
+                            bucket.table.insert_unique(
+                                hash,
+                                (kg, key, Status { live: true, stored: true, touched: false }),
+                                |(g, k, _)| hasher.hash_one((*g, &**k)),
                             );
+                            self.entries += 1;
                         }
                     }
                 }
@@ -477,6 +534,33 @@ mod tests {
         rebuilt.rebuild(&backend).unwrap();
         assert_eq!(rebuilt.event.len(), 1, "only the new timer is in the backend");
         assert_eq!(rebuilt.event.pop_due(i64::MAX).map(owned), Some((1_000_000, 3, b"new".to_vec())));
+    }
+
+    #[test]
+    fn a_stored_timer_fired_leaves_the_backend_even_when_registered_again_before_the_barrier() {
+        let mut backend = HeapStateBackend::new(KeyGroupRange::all(8));
+        let mut timers = Timers::default();
+        for key in [b"once".as_slice(), b"again", b"other"] {
+            timers.event.register(10, 2, key);
+        }
+        timers.write_through(&mut backend).unwrap();
+        // All three fire: their bucket goes, the backend still holds them.
+        let fired: Vec<_> = std::iter::from_fn(|| timers.event.pop_due(10)).collect();
+        assert_eq!(fired.len(), 3);
+        assert_eq!(timers.event.next(), None, "the spent bucket is gone");
+        // One is registered again at the same time before the barrier.
+        timers.event.register(10, 2, b"again");
+        timers.write_through(&mut backend).unwrap();
+        let mut rebuilt = Timers::default();
+        rebuilt.rebuild(&backend).unwrap();
+        assert_eq!(rebuilt.event.pop_due(10).map(owned), Some((10, 2, b"again".to_vec())));
+        assert_eq!(rebuilt.event.pop_due(i64::MAX).map(owned), None, "the fired ones left the backend");
+        // And this queue (not rebuilt) agrees.
+        assert_eq!(timers.event.pop_due(10).map(owned), Some((10, 2, b"again".to_vec())));
+        timers.write_through(&mut backend).unwrap();
+        let mut empty = Timers::default();
+        empty.rebuild(&backend).unwrap();
+        assert_eq!(empty.event.len(), 0);
     }
 
     #[test]
