@@ -10,7 +10,8 @@
 //! cache when probed. A key of up to [`INLINE_KEY`] bytes (a number,
 //! a short string) is stored inline: a timer costs no allocation and its lookup no pointer
 //! chase. At each barrier the timers registered or removed since the last one are written
-//! through to the subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
+//! through (one pass over the tables: no list of changes to keep between barriers) to the
+//! subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
 //! timer's key, its timestamp as the namespace): timers are in every checkpoint, placed by
 //! key group, and follow their keys when a job is rescaled; a timer registered and gone
 //! between two barriers never reaches the backend. After a restore the queue is rebuilt from
@@ -52,8 +53,8 @@ pub(crate) const PROCESSING_TIMERS: &str = "_timer.proc";
 /// The longest encoded key a timer keeps inline.
 pub(crate) const INLINE_KEY: usize = 22;
 
-/// A timer's encoded key: inline up to [`INLINE_KEY`] bytes, shared beyond (the map, the
-/// heap and the list of changes each hold the timer).
+/// A timer's encoded key: inline up to [`INLINE_KEY`] bytes, shared beyond (its bucket's
+/// order and table each hold the timer).
 #[derive(Clone)]
 pub(crate) enum TimerKey {
     Inline(u8, [u8; INLINE_KEY]),
@@ -97,14 +98,14 @@ pub(crate) type DueTimer = (Timestamp, u16, TimerKey);
 #[derive(Clone, Debug)]
 struct Timer(Timestamp, u16, TimerKey);
 
-/// Where a timer stands: whether it is live (waits to fire), whether the backend holds it
-/// (as of the last write-through), and whether it is on the list of timers to look at at
-/// the next write-through. A timer neither live nor held by the backend has no entry.
+/// Where a timer stands: whether it is live (waits to fire) and whether the backend holds
+/// it (as of the last write-through). A timer neither live nor held by the backend has no
+/// entry; the next write-through puts the live ones the backend does not hold and deletes
+/// the others it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Status {
     live: bool,
     stored: bool,
-    touched: bool,
 }
 
 /// A timer's entry in its time's bucket.
@@ -130,38 +131,20 @@ pub(crate) struct TimerQueue {
     buckets: BTreeMap<Timestamp, Bucket>,
     /// Hashes a timer's key group and key. ahash with a random seed: keys come from the data.
     hasher: ahash::RandomState,
-    /// Timers in the buckets' tables.
-    entries: usize,
-    /// The timers whose status changed since the last write-through (entries of timers gone
-    /// since are skipped then, and dropped when the list outgrows the tables).
-    touched: Vec<Timer>,
     /// Timers the backend holds whose bucket went (fired or deleted): deleted from the
     /// backend at the next write-through, before anything registered since is written.
     doomed: Vec<Timer>,
-    /// The list's length that triggers its next compaction.
-    compact_at: usize,
 }
 
-/// The status of the timer `(ts, key_group, key)`, when it has an entry.
-fn status_of<'b>(
-    buckets: &'b mut BTreeMap<Timestamp, Bucket>,
-    hasher: &ahash::RandomState,
-    Timer(ts, key_group, key): &Timer,
-) -> Option<&'b mut Status> {
-    let bucket = buckets.get_mut(ts)?;
-    let hash = hasher.hash_one((*key_group, &**key));
-    bucket.table.find_mut(hash, |(g, k, _)| g == key_group && **k == **key).map(|(_, _, status)| status)
-}
-
-/// Puts (or deletes) timer `(ts, key_group, key)` of state `state` in `batch`.
+/// Puts (or deletes) the timer of `key` at `ts` of state `state` in `batch`.
 fn write(
     batch: &mut StateWriteBatch,
     state: &StateId,
-    Timer(ts, key_group, key): &Timer,
+    (ts, key_group, key): (Timestamp, u16, &[u8]),
     put: bool,
 ) -> Result<()> {
-    let time = encode_time(*ts);
-    let mut sk = StateKey::new(*key_group, state, key);
+    let time = encode_time(ts);
+    let mut sk = StateKey::new(key_group, state, key);
     sk.namespace = &time;
     if put {
         batch.put(&sk, &[])?;
@@ -178,42 +161,12 @@ impl TimerQueue {
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
             buckets: BTreeMap::new(),
             hasher: ahash::RandomState::new(),
-            entries: 0,
-            touched: Vec::new(),
             doomed: Vec::new(),
-            compact_at: 1024,
         }
     }
 
     fn hash(&self, key_group: u16, key: &[u8]) -> u64 {
         self.hasher.hash_one((key_group, key))
-    }
-
-    /// Keeps only the list's entries still waiting for the write-through, each once, when
-    /// the list has grown past `compact_at`: without barriers (a job that never checkpoints)
-    /// it would grow with every timer registered and fired. The next compaction waits until
-    /// the list has doubled again, so each costs no more lookups than the pushes since the
-    /// last one.
-    fn compact_touched(&mut self) {
-        if self.touched.len() <= self.compact_at {
-            return;
-        }
-        let (buckets, hasher) = (&mut self.buckets, &self.hasher);
-        // A kept entry's flag is cleared so that a second entry of the same timer is dropped,
-        // then set again.
-        self.touched.retain(|t| match status_of(buckets, hasher, t) {
-            Some(status) if status.touched => {
-                status.touched = false;
-                true
-            }
-            _ => false,
-        });
-        for t in &self.touched {
-            if let Some(status) = status_of(buckets, hasher, t) {
-                status.touched = true;
-            }
-        }
-        self.compact_at = 2 * self.touched.len().max(self.entries) + 1024;
     }
 
     /// Registers a timer (nothing when the key has one at `ts` already).
@@ -234,12 +187,9 @@ impl TimerQueue {
         let hasher = &self.hasher;
         bucket.table.insert_unique(
             hash,
-            (key_group, k.clone(), Status { live: true, stored: false, touched: true }),
+            (key_group, k, Status { live: true, stored: false }),
             |(g, k, _)| hasher.hash_one((*g, &**k)),
         );
-        self.entries += 1;
-        self.touched.push(Timer(ts, key_group, k));
-        self.compact_touched();
     }
 
     /// Deletes a timer (nothing when there is none).
@@ -247,31 +197,24 @@ impl TimerQueue {
         let hash = self.hash(key_group, key);
         let Some(bucket) = self.buckets.get_mut(&ts) else { return };
         if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
-            let (_, removed) = Self::retire(entry, ts, &mut self.touched);
-            self.entries -= usize::from(removed);
+            Self::retire(entry);
         }
     }
 
-    /// Takes a timer out of the live ones (deleted or fired): whether it was live, and
-    /// whether its entry went. One the backend holds stays, not live, listed for the next
-    /// write-through; one registered and gone between two write-throughs is dropped: the
-    /// backend never hears of it.
-    fn retire(mut entry: OccupiedEntry<'_, Slot>, ts: Timestamp, touched: &mut Vec<Timer>) -> (bool, bool) {
-        let (key_group, key, status) = entry.get_mut();
+    /// Takes a timer out of the live ones (deleted or fired); whether it was live. One the
+    /// backend holds stays, not live, for the next write-through to delete; one registered
+    /// and gone between two write-throughs is dropped: the backend never hears of it.
+    fn retire(mut entry: OccupiedEntry<'_, Slot>) -> bool {
+        let status = &mut entry.get_mut().2;
         if !status.live {
-            return (false, false);
+            return false;
         }
         if status.stored {
             status.live = false;
-            if !status.touched {
-                status.touched = true;
-                touched.push(Timer(ts, *key_group, key.clone()));
-            }
-            (true, false)
         } else {
             entry.remove();
-            (true, true)
         }
+        true
     }
 
     /// Takes the earliest live timer due by `now` off the queue.
@@ -288,16 +231,13 @@ impl TimerQueue {
                 let hash = self.hasher.hash_one((key_group, &*key));
                 // A deleted (or already fired) timer's entry is skipped.
                 if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
-                    let (live, removed) = Self::retire(entry, ts, &mut self.touched);
-                    self.entries -= usize::from(removed);
-                    due = live.then_some((ts, key_group, key));
+                    due = Self::retire(entry).then_some((ts, key_group, key));
                 }
             }
             if bucket.order.is_empty() {
                 // Every timer of this time fired or was deleted: those the backend still
                 // holds leave it at the next write-through.
                 let bucket = first.remove();
-                self.entries -= bucket.table.len();
                 for (key_group, key, status) in bucket.table {
                     debug_assert!(!status.live, "a live timer has an entry in its bucket's order");
                     if status.stored {
@@ -316,60 +256,54 @@ impl TimerQueue {
         self.buckets.keys().next().copied()
     }
 
+    /// Number of timers with an entry in a table, or waiting to leave the backend.
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.buckets.values().map(|b| b.table.len()).sum::<usize>() + self.doomed.len()
+    }
+
     /// Number of live timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.buckets.values().flat_map(|b| b.table.iter()).filter(|(_, _, s)| s.live).count()
     }
 
-    /// Writes the timers registered and removed since the last write-through to the backend.
+    /// Writes the timers registered and removed since the last write-through to the backend:
+    /// one pass over the tables (the live timers and those the backend still holds).
     pub(crate) fn write_through(&mut self, backend: &mut dyn KeyedStateBackend) -> Result<()> {
-        if self.touched.is_empty() && self.doomed.is_empty() {
-            return Ok(());
-        }
         let mut batch = StateWriteBatch::new();
         // First: a doomed timer registered again since is put after its delete.
-        for timer in std::mem::take(&mut self.doomed) {
-            write(&mut batch, &self.state, &timer, false)?;
+        for Timer(ts, key_group, key) in std::mem::take(&mut self.doomed) {
+            write(&mut batch, &self.state, (ts, key_group, &key), false)?;
         }
-        for timer in std::mem::take(&mut self.touched) {
-            let Timer(ts, key_group, key) = &timer;
-            let hash = self.hash(*key_group, key);
-            let Some(bucket) = self.buckets.get_mut(ts) else { continue };
-            let Ok(mut e) = bucket.table.find_entry(hash, |(g, k, _)| g == key_group && **k == **key) else {
-                continue;
-            };
-            let status = &mut e.get_mut().2;
-            let Status { live, stored, touched } = *status;
-            if !touched {
-                continue; // listed twice (gone and registered again): done already
-            }
-            status.touched = false;
-            match (live, stored) {
-                (true, false) => {
-                    status.stored = true;
-                    write(&mut batch, &self.state, &timer, true)?;
+        let mut failed = None;
+        for (ts, bucket) in &mut self.buckets {
+            bucket.table.retain(|(key_group, key, status)| {
+                let (put, keep) = match (status.live, status.stored) {
+                    (true, false) => (true, true),
+                    (false, true) => (false, false),
+                    _ => return true, // nothing to say
+                };
+                if let Err(e) = write(&mut batch, &self.state, (*ts, *key_group, key), put) {
+                    failed.get_or_insert(e);
                 }
-                (false, true) => {
-                    e.remove();
-                    self.entries -= 1;
-                    write(&mut batch, &self.state, &timer, false)?;
-                }
-                // Deleted and registered again, or nothing to say.
-                _ => {}
-            }
+                status.stored = put;
+                keep
+            });
         }
-        self.compact_at = 2 * self.entries + 1024;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
         Ok(backend.write_batch(batch)?)
     }
 
     /// Rebuilds the queue from the backend (after a restore).
     fn rebuild(&mut self, backend: &dyn KeyedStateBackend) -> Result<()> {
         self.buckets.clear();
-        self.entries = 0;
-        self.touched.clear();
         self.doomed.clear();
-        self.compact_at = 1024;
         for kg in backend.key_groups().iter() {
             let mut prefix = Vec::new();
             StateKey::new(kg, &self.state, &[]).encode_into(&mut prefix)?;
@@ -393,10 +327,9 @@ impl TimerQueue {
                             let hasher = &self.hasher;
                             bucket.table.insert_unique(
                                 hash,
-                                (kg, key, Status { live: true, stored: true, touched: false }),
+                                (kg, key, Status { live: true, stored: true }),
                                 |(g, k, _)| hasher.hash_one((*g, &**k)),
                             );
-                            self.entries += 1;
                         }
                     }
                 }
@@ -491,7 +424,7 @@ mod tests {
     }
 
     #[test]
-    fn without_barriers_the_list_of_changes_stays_bounded_and_the_next_write_through_is_exact() {
+    fn without_barriers_only_live_timers_are_kept_and_the_next_write_through_is_exact() {
         let mut backend = HeapStateBackend::new(KeyGroupRange::all(8));
         let mut timers = Timers::default();
         timers.event.register(5_000_000, 0, b"stored");
@@ -500,19 +433,19 @@ mod tests {
         for i in 0..100_000i64 {
             timers.event.register(10 + i, (i % 8) as u16, &i.to_be_bytes());
             assert_eq!(timers.event.pop_due(10 + i).map(|t| t.0), Some(10 + i));
-            // At most two timers live (the stored one and this one): the list stays short.
-            assert!(timers.event.touched.len() <= 2 * 2 + 2050, "{} at {i}", timers.event.touched.len());
+            // The stored timer and none of the fired ones: nothing grows.
+            assert_eq!((timers.event.buckets.len(), timers.event.entries()), (1, 1), "at {i}");
         }
         // 100,000 registered and deleted at once (the silence detector's pattern): their bucket
-        // entries stay until their time, so compaction keeps them; it must not run per call.
+        // entries stay until their time, their table entries go at once.
         let started = std::time::Instant::now();
         for i in 0..100_000i64 {
             timers.event.register(2_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
             timers.event.delete(2_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
-        assert!(timers.event.touched.len() <= 2 * 100_000 + 1025, "{}", timers.event.touched.len());
-        // Timers the backend holds, deleted, then the list compacted before the write-through:
+        assert_eq!(timers.event.entries(), 1, "only the stored timer has an entry");
+        // Timers the backend holds, deleted, then many others fired before the write-through:
         // their deletes must still reach the backend.
         for i in 0..2_000i64 {
             timers.event.register(3_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
@@ -574,13 +507,13 @@ mod tests {
     }
 
     #[test]
-    fn a_timer_fired_and_registered_again_without_barriers_is_listed_once() {
+    fn a_timer_fired_and_registered_again_without_barriers_leaves_nothing_behind() {
         let mut timers = Timers::default();
         for _ in 0..10_000 {
             timers.event.register(7, 0, b"same");
             assert_eq!(timers.event.pop_due(7).map(owned), Some((7, 0, b"same".to_vec())));
         }
-        assert!(timers.event.touched.len() <= 1025, "{}", timers.event.touched.len());
+        assert_eq!((timers.event.buckets.len(), timers.event.entries()), (0, 0));
     }
 
     #[test]
