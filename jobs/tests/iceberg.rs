@@ -396,8 +396,10 @@ fn a_commit_that_lands_between_the_restored_committers_look_and_its_commit_is_no
     let mut runs =
         format!("-- killed with checkpoint {checkpoint}'s windows commit held:\n{}", wait(child).1);
 
+    // Held 8 s: the released commit must land within the hold (it takes well under a second),
+    // or the restored commit would go first and the race would not happen.
     let mut env = lake.env.clone();
-    env.push(("CAUDAL__TEST_PAUSE_AT", format!("iceberg-after-table-check:{checkpoint}:4000")));
+    env.push(("CAUDAL__TEST_PAUSE_AT", format!("iceberg-after-table-check:{checkpoint}:8000")));
     let restored = Watched::spawn(&args, true, &env);
     until("the restored windows committer looked at the table", || {
         restored.stderr().contains("pause point iceberg-after-table-check").then_some(())
