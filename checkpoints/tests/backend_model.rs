@@ -66,6 +66,12 @@ fn key<'a>(ids: &'a [StateId], a: Addr) -> StateKey<'a> {
     }
 }
 
+/// A put's value: 0-60 bytes, so values and lists cross the heap backend's inline limit
+/// (45 bytes of prefix and value) both ways.
+fn value(v: u8) -> Vec<u8> {
+    vec![v; usize::from(v % 61)]
+}
+
 fn prefix(k: &StateKey<'_>) -> Vec<u8> {
     let mut p = Vec::new();
     k.encode_prefix_into(&mut p).unwrap();
@@ -82,8 +88,8 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
         match op {
             Op::Put(a, v) => {
                 let k = key(&ids, *a);
-                b.backend.put(&k, &[*v]).unwrap();
-                model.insert(k.encode().unwrap(), vec![*v]);
+                b.backend.put(&k, &value(*v)).unwrap();
+                model.insert(k.encode().unwrap(), value(*v));
             }
             Op::Delete(a) => {
                 let k = key(&ids, *a);
@@ -101,8 +107,8 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                     let k = key(&ids, *a);
                     match v {
                         Some(v) => {
-                            batch.put(&k, &[*v]).unwrap();
-                            model.insert(k.encode().unwrap(), vec![*v]);
+                            batch.put(&k, &value(*v)).unwrap();
+                            model.insert(k.encode().unwrap(), value(*v));
                         }
                         None => {
                             batch.delete(&k).unwrap();
