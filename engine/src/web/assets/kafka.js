@@ -56,7 +56,10 @@ function renderKafka(kafka) {
         `<span class="bar"><i style="width:${Math.round((100 * s.p.lag) / maxLag)}%;background:${s.colour}"></i></span>${fmtInt(s.p.lag)}`}</td>
       <td class="mono kafka-wm">${s.p.watermark == null ? `<span class="muted">—</span>` : esc(fmtWatermark(s.p.watermark, "ACTIVE"))}</td>
       <td class="num kafka-behind">${fmtSpan(s.p.behind_ms)}</td><td class="num kafka-catch-up">${fmtSpan(s.p.catch_up_ms)}</td></tr>`).join("");
-  const total = kafka.sources.reduce((a, s) => (s.lag == null ? a : (a || 0) + s.lag), null);
+  // Known once every partition's lag is: the sum of some would read as "caught up" while a
+  // partition's end offset is still unknown.
+  const lags = series.map((s) => s.p.lag);
+  const total = !lags.length || lags.some((l) => l == null) ? null : lags.reduce((a, l) => a + l, 0);
   $("#kafka-table").innerHTML = `<table id="kafka"><thead><tr><th>Source</th><th>Topic</th><th class="num">Partition</th>
     <th class="num">End offset</th><th class="num">Checkpointed offset</th><th class="num">Lag</th><th title="The partition's watermark in the source">Watermark</th>
     <th class="num" title="now minus the partition's watermark">Behind (event time)</th><th class="num" title="the lag at the rate checkpoints covered the partition over the last 30 s">Caught up in</th></tr></thead><tbody>${rows}</tbody>
