@@ -66,8 +66,8 @@ fn key<'a>(ids: &'a [StateId], a: Addr) -> StateKey<'a> {
     }
 }
 
-/// A put's value: 0-60 bytes, so values and lists cross the heap backend's inline limit
-/// (45 bytes of prefix and value) both ways.
+/// A put's value: 0-60 bytes, so values and lists of every small size are checked (and a
+/// slot layout with a size limit would be checked across it both ways).
 fn value(v: u8) -> Vec<u8> {
     vec![v; usize::from(v % 61)]
 }
