@@ -7,6 +7,8 @@
 //!
 //! * `value_state/{heap,rocksdb,rocksdb+cache}/{get,put}`: one typed `ValueState` access
 //!   on 100,000 keys (`rocksdb+cache`: RocksDB behind the default write-back cache).
+//! * `read_modify_write/heap/{10000,1000000}`: a get and a put of the same key through the
+//!   heap backend's byte interface (a keyed process function's per-record state access).
 //! * `checkpoint/<N>MB/sync`: the synchronous snapshot part (flush + RocksDB
 //!   checkpoint of hard links) after 1 % of the keys changed.
 //! * `checkpoint/<N>MB/incremental_upload`: the asynchronous part to a local
@@ -87,6 +89,28 @@ fn value_state(c: &mut Criterion) {
             b.iter(|| {
                 let k = next(&mut x) % KEYS;
                 black_box(state.get(backend.as_ref(), key_group(k), &k, &()).expect("get"))
+            })
+        });
+    }
+    group.finish();
+}
+
+/// A running count per key read and written back through the backend's byte interface, as
+/// a keyed process function's `ValueState` does per record (10,000 and 1,000,000 keys).
+fn read_modify_write(c: &mut Criterion) {
+    let id = StateId::new("count").expect("valid state name");
+    let mut group = c.benchmark_group("read_modify_write");
+    for keys in [10_000u64, 1_000_000] {
+        let mut backend = HeapStateBackend::new(KeyGroupRange::all(128));
+        let encoded: Vec<(u16, [u8; 8])> = (0..keys).map(|k| (key_group(k), k.to_be_bytes())).collect();
+        let mut value = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        group.bench_function(format!("heap/{keys}"), |b| {
+            b.iter(|| {
+                let (kg, key) = &encoded[(next(&mut x) % keys) as usize];
+                let sk = StateKey::new(*kg, &id, key);
+                let n = if backend.get_into(&sk, &mut value).expect("get") { value[0] } else { 0 };
+                backend.put(&sk, &[black_box(n.wrapping_add(1))]).expect("put")
             })
         });
     }
@@ -204,5 +228,5 @@ fn checkpoint(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, value_state, checkpoint);
+criterion_group!(benches, value_state, read_modify_write, checkpoint);
 criterion_main!(benches);

@@ -99,22 +99,42 @@ impl<'a> StateKey<'a> {
     /// Appends the encoding up to and including the namespace (the prefix shared by
     /// all map entries of this key and namespace).
     pub fn encode_prefix_into(&self, out: &mut Vec<u8>) -> Result<()> {
+        let key_len = len_u16(self.key, self.state, "key")?;
+        let namespace_len = len_u16(self.namespace, self.state, "namespace")?;
+        let state = self.state.encoded();
+        out.reserve(2 + state.len() + 2 + self.key.len() + 2 + self.namespace.len());
         out.extend_from_slice(&self.key_group.to_be_bytes());
-        out.extend_from_slice(self.state.encoded());
-        push_len_prefixed(out, self.key, self.state, "key")?;
-        push_len_prefixed(out, self.namespace, self.state, "namespace")?;
+        out.extend_from_slice(state);
+        out.extend_from_slice(&key_len.to_be_bytes());
+        out.extend_from_slice(self.key);
+        out.extend_from_slice(&namespace_len.to_be_bytes());
+        out.extend_from_slice(self.namespace);
         Ok(())
+    }
+
+    /// Whether `prefix` is this key's encoded prefix ([`Self::encode_prefix_into`]'s
+    /// bytes), compared part by part without encoding it.
+    pub fn prefix_matches(&self, prefix: &[u8]) -> bool {
+        let Some(rest) = prefix.strip_prefix(&self.key_group.to_be_bytes()) else { return false };
+        let Some(rest) = rest.strip_prefix(self.state.encoded()) else { return false };
+        let Some(rest) = strip_len_prefixed(rest, self.key) else { return false };
+        strip_len_prefixed(rest, self.namespace).is_some_and(<[u8]>::is_empty)
     }
 }
 
-fn push_len_prefixed(out: &mut Vec<u8>, bytes: &[u8], state: &StateId, what: &str) -> Result<()> {
-    let len = u16::try_from(bytes.len()).map_err(|_| Error::Codec {
+/// `bytes` after `part` (its `u16` length, then its bytes), when they start with it.
+fn strip_len_prefixed<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
+    let (len, rest) = bytes.split_first_chunk::<2>()?;
+    (usize::from(u16::from_be_bytes(*len)) == part.len()).then_some(())?;
+    rest.strip_prefix(part)
+}
+
+/// The length of a key part, which is stored as a `u16`.
+fn len_u16(bytes: &[u8], state: &StateId, what: &str) -> Result<u16> {
+    u16::try_from(bytes.len()).map_err(|_| Error::Codec {
         state: state.name().to_string(),
         reason: format!("{what} is {} bytes, the limit is 65535", bytes.len()),
-    })?;
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(bytes);
-    Ok(())
+    })
 }
 
 /// A decoded key, borrowing from the encoded bytes.
@@ -239,6 +259,33 @@ mod tests {
         assert_eq!(prefix_len(&prefix), Some(prefix.len()));
         for cut in 0..prefix.len() {
             assert_eq!(prefix_len(&prefix[..cut]), None, "cut at {cut}");
+        }
+    }
+
+    proptest::proptest! {
+        /// A key's prefix matches its own encoding and no other key's, whatever the parts.
+        #[test]
+        fn a_prefix_matches_exactly_its_own_encoding(
+            a in (0u16..3, 0usize..3, proptest::collection::vec(0u8..3, 0..3), proptest::collection::vec(0u8..3, 0..3)),
+            b in (0u16..3, 0usize..3, proptest::collection::vec(0u8..3, 0..3), proptest::collection::vec(0u8..3, 0..3)),
+        ) {
+            let ids = [StateId::new("a").unwrap(), StateId::new("ab").unwrap(), StateId::new("b").unwrap()];
+            let key = |(kg, s, k, n): &(u16, usize, Vec<u8>, Vec<u8>)| -> Vec<u8> {
+                let mut p = Vec::new();
+                let sk = StateKey { key_group: *kg, state: &ids[*s], key: k, namespace: n, map_key: b"m" };
+                sk.encode_prefix_into(&mut p).unwrap();
+                p
+            };
+            let sk = StateKey { key_group: a.0, state: &ids[a.1], key: &a.2, namespace: &a.3, map_key: b"" };
+            let (pa, pb) = (key(&a), key(&b));
+            proptest::prop_assert!(sk.prefix_matches(&pa));
+            proptest::prop_assert_eq!(sk.prefix_matches(&pb), pa == pb);
+            for cut in 0..pa.len() {
+                proptest::prop_assert!(!sk.prefix_matches(&pa[..cut]), "cut at {}", cut);
+            }
+            let mut longer = pa.clone();
+            longer.push(0);
+            proptest::prop_assert!(!sk.prefix_matches(&longer));
         }
     }
 

@@ -27,6 +27,9 @@ enum Op {
     ClearMap(Addr),
     Page(u8, u8),
     SnapshotRestore,
+    /// A snapshot taken and kept while the ops go on; uploaded and restored at the end, it
+    /// must hold the entries of its moment.
+    SnapshotHeld,
 }
 
 const STATES: [&str; 2] = ["a", "ab"];
@@ -49,6 +52,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => addr().prop_map(Op::ClearMap),
         2 => (0u8..3, 1u8..5).prop_map(|(kg, limit)| Op::Page(kg, limit)),
         1 => Just(Op::SnapshotRestore),
+        1 => Just(Op::SnapshotHeld),
     ]
 }
 
@@ -78,12 +82,46 @@ fn prefix(k: &StateKey<'_>) -> Vec<u8> {
     p
 }
 
+/// Every entry of `range`, by full key.
+fn all_entries(backend: &dyn KeyedStateBackend, range: KeyGroupRange) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    range
+        .iter()
+        .flat_map(|kg| backend.list_entries(kg, None, 10_000).unwrap().entries)
+        .map(|e| (e.key, e.value))
+        .collect()
+}
+
+/// A snapshot kept while the ops go on: the op that took it, and the model of its moment.
+type Held = (usize, Box<dyn StateSnapshot>, BTreeMap<Vec<u8>, Vec<u8>>);
+
+/// Uploads and restores each held snapshot: it must hold the entries of its moment.
+fn check_held(
+    kind: Kind,
+    range: KeyGroupRange,
+    store: &InMemoryCheckpointStore,
+    held: Vec<Held>,
+) -> std::result::Result<(), TestCaseError> {
+    for (i, snap, then) in held {
+        let handle = snap.upload(store).unwrap().handle;
+        let restored = common::restore(kind, range, &[handle], store).unwrap();
+        prop_assert_eq!(
+            all_entries(restored.backend.as_ref(), range),
+            then,
+            "{:?}: snapshot held at op {}",
+            kind,
+            i
+        );
+    }
+    Ok(())
+}
+
 fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let range = KeyGroupRange::new(0, 3);
     let ids = state_ids();
     let store = InMemoryCheckpointStore::new();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut b = common::open(kind, range);
+    let mut held = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::Put(a, v) => {
@@ -170,12 +208,19 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 prop_assert_eq!(got, want, "{:?} op {} {:?}", kind, i, op);
             }
             Op::SnapshotRestore => {
+                // The held snapshots' backend goes: they are uploaded (and checked) first.
+                check_held(kind, range, &store, std::mem::take(&mut held))?;
                 let loc = common::location(&CheckpointPaths::new(), i as u64 + 1, 0);
                 let snap = b.backend.snapshot(&loc).unwrap().upload(&store).unwrap();
                 b = common::restore(kind, range, &[snap.handle], &store).unwrap();
             }
+            Op::SnapshotHeld => {
+                let loc = common::location(&CheckpointPaths::new(), i as u64 + 1, 0);
+                held.push((i, b.backend.snapshot(&loc).unwrap(), model.clone()));
+            }
         }
     }
+    check_held(kind, range, &store, std::mem::take(&mut held))?;
     let stats: u64 = b.backend.key_group_stats().unwrap().iter().map(|s| s.entries).sum();
     prop_assert_eq!(stats, model.len() as u64, "{:?}: entries", kind);
     let bytes: u64 = b.backend.key_group_stats().unwrap().iter().map(|s| s.bytes).sum();

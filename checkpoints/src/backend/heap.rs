@@ -12,6 +12,7 @@
 //! being uploaded is copied then, the others never); the upload sorts and serializes them
 //! (bincode) to `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -173,16 +174,25 @@ impl Group {
         self.table.find(self.hasher.hash_one(prefix), |s| s.prefix() == prefix)
     }
 
+    /// The bucket of the slot under `prefix`.
+    fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
+        self.table.find_bucket_index(self.hasher.hash_one(prefix), |s| s.prefix() == prefix)
+    }
+
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
-    /// copied only for a new entry.
-    fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) {
+    /// copied only for a new entry. Returns the slot's bucket.
+    fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
         let hash = self.hasher.hash_one(prefix);
-        match self.table.find_mut(hash, |s| s.prefix() == prefix) {
-            Some(slot) => slot.change(map_key, change),
-            None => {
+        match self.table.find_entry(hash, |s| s.prefix() == prefix) {
+            Ok(mut entry) => {
+                entry.get_mut().change(map_key, change);
+                entry.bucket_index()
+            }
+            Err(_) => {
                 let hasher = &self.hasher;
                 self.table
-                    .insert_unique(hash, Slot::new(prefix, map_key, change), |s| hasher.hash_one(s.prefix()));
+                    .insert_unique(hash, Slot::new(prefix, map_key, change), |s| hasher.hash_one(s.prefix()))
+                    .bucket_index()
             }
         }
     }
@@ -241,6 +251,10 @@ pub struct HeapStateBackend {
     groups: Vec<Arc<Group>>,
     /// Where a looked-up key's prefix is encoded (no allocation per lookup).
     scratch: std::cell::RefCell<Vec<u8>>,
+    /// The key group and bucket of the slot read or changed last: a hint, used only when that
+    /// bucket holds the key's prefix, so that a set after a get of the same key (a
+    /// read-modify-write) neither encodes the prefix nor hashes and probes again.
+    last: Cell<Option<(u16, usize)>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -258,6 +272,7 @@ impl HeapStateBackend {
             range,
             groups: (0..range.len()).map(|_| Arc::default()).collect(),
             scratch: Default::default(),
+            last: Cell::new(None),
         }
     }
 
@@ -304,13 +319,55 @@ impl HeapStateBackend {
         }
     }
 
-    /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer).
+    /// The bucket of `key`'s slot in `group` when it is the one used last.
+    fn last_bucket(&self, group: &Group, key: &StateKey<'_>) -> Option<usize> {
+        let (_, bucket) = self.last.get().filter(|(kg, _)| *kg == key.key_group)?;
+        key.prefix_matches(group.table.get_bucket(bucket)?.prefix()).then_some(bucket)
+    }
+
+    /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer unless its
+    /// slot is the one used last).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
-        let mut prefix = self.scratch.borrow_mut();
+        let bucket = match self.last_bucket(g, key) {
+            Some(bucket) => Some(bucket),
+            None => {
+                let mut prefix = self.scratch.borrow_mut();
+                prefix.clear();
+                key.encode_prefix_into(&mut prefix)?;
+                let found = g.find_bucket(prefix.as_slice());
+                if let Some(bucket) = found {
+                    self.last.set(Some((key.key_group, bucket)));
+                }
+                found
+            }
+        };
+        let slot = bucket.and_then(|b| g.table.get_bucket(b));
+        Ok(f(slot.and_then(|slot| slot.get(key.map_key))))
+    }
+
+    /// Changes `key`'s value, creating it empty if absent: in the slot used last when it is
+    /// the key's, else found or made under the key's prefix (then the one used last).
+    fn change(&mut self, key: &StateKey<'_>, change: Change<'_>) -> Result<()> {
+        check_key_group(self.range, key.key_group)?;
+        let i = usize::from(key.key_group - self.range.start);
+        let group = Arc::make_mut(&mut self.groups[i]);
+        if let Some((_, bucket)) = self.last.get().filter(|(kg, _)| *kg == key.key_group) {
+            let slot = group.table.get_bucket_mut(bucket).filter(|s| key.prefix_matches(s.prefix()));
+            if let Some(slot) = slot {
+                slot.change(key.map_key, change);
+                return Ok(());
+            }
+        }
+        let mut prefix = std::mem::take(self.scratch.get_mut());
         prefix.clear();
-        key.encode_prefix_into(&mut prefix)?;
-        Ok(f(g.find(prefix.as_slice()).and_then(|slot| slot.get(key.map_key))))
+        let encoded = key.encode_prefix_into(&mut prefix);
+        if encoded.is_ok() {
+            let bucket = group.upsert(&prefix, key.map_key, change);
+            self.last.set(Some((key.key_group, bucket)));
+        }
+        *self.scratch.get_mut() = prefix;
+        encoded
     }
 
     fn group(&self, kg: u16) -> Result<&Group> {
@@ -410,7 +467,7 @@ impl KeyedStateBackend for HeapStateBackend {
 
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, Change::Set(value)))
+        self.change(key, Change::Set(value))
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
@@ -418,8 +475,7 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
-        let framed = frame_list_element(element);
-        self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, Change::Append(&framed)))
+        self.change(key, Change::Append(&frame_list_element(element)))
     }
 
     fn write_batch(&mut self, batch: StateWriteBatch) -> Result<()> {
