@@ -181,23 +181,24 @@ impl<K: Key, A: Data, B: Data, O: Data> KeyedCoProcessFunction<K, A, B, O> for J
         ctx.register_event_time_timer(to.max(ts))
     }
 
-    /// Drops the buckets whose time to be matched is over: the left one of `t - upper` and
-    /// the right one of `t + lower` (each registered this timer, or is due with it).
+    /// Drops the buckets whose time to be matched is over: each registered a timer at its
+    /// last useful time (`max(ts + upper, ts)` on the left, `max(ts - lower, ts)` on the
+    /// right), so the buckets of timer `t` are the left one of `t - upper` (of `t` when the
+    /// upper bound is negative) and the right one of `t + lower` (of `t` when the lower bound
+    /// is positive) — two removals, whatever the number of buckets waiting.
     fn on_timer(
         &mut self,
         t: Timestamp,
         ctx: &mut KeyedContext<'_, K>,
         _out: &mut Output<'_, O>,
     ) -> Result<()> {
-        for (ts, _) in ctx.map(&self.left).entries()? {
-            if ts.saturating_add(self.upper).max(ts) <= t {
-                ctx.map(&self.left).remove(&ts)?;
-            }
+        let left = if self.upper >= 0 { t.checked_sub(self.upper) } else { Some(t) };
+        let right = if self.lower <= 0 { t.checked_add(self.lower) } else { Some(t) };
+        if let Some(ts) = left {
+            ctx.map(&self.left).remove(&ts)?;
         }
-        for (ts, _) in ctx.map(&self.right).entries()? {
-            if ts.saturating_sub(self.lower).max(ts) <= t {
-                ctx.map(&self.right).remove(&ts)?;
-            }
+        if let Some(ts) = right {
+            ctx.map(&self.right).remove(&ts)?;
         }
         Ok(())
     }
@@ -282,6 +283,10 @@ mod tests {
                 .filter_map(|r| match r.value { Tagged::Main(v) => Some(v), Tagged::Side(..) => None })
                 .collect();
             got.sort();
+            // Once the watermark passes every bucket's time, the cleanup left no element.
+            h.watermark(wm + 1_000).unwrap();
+            let waiting: u64 = h.keyed_state().unwrap().key_group_stats().unwrap().iter().map(|s| s.entries).sum();
+            prop_assert_eq!(waiting, 0, "elements left in state");
             let mut want = Vec::new();
             for a in &left {
                 for b in &right {

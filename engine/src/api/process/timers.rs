@@ -7,9 +7,11 @@
 //! the time, one hash and a push or a pop whatever the number of timers (a deleted timer
 //! stays in its bucket's order until its time and is skipped then). Timers of one time are
 //! usually registered together and always fire together, so their bucket's table is warm in
-//! cache when probed. A key of up to [`INLINE_KEY`] bytes (a number,
-//! a short string) is stored inline: a timer costs no allocation and its lookup no pointer
-//! chase. At each barrier the timers registered or removed since the last one are written
+//! cache when probed. A bucket whose timers all fired or were deleted goes at once, and the
+//! next new time reuses its memory (a timer moved per record, as a silence detector does,
+//! keeps two buckets' worth, not one per time still ahead). A key of up to [`INLINE_KEY`]
+//! bytes (a number, a short string) is stored inline: a timer costs no allocation and its
+//! lookup no pointer chase. At each barrier the timers registered or removed since the last one are written
 //! through (one pass over the tables: no list of changes to keep between barriers) to the
 //! subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
 //! timer's key, its timestamp as the namespace): timers are in every checkpoint, placed by
@@ -23,7 +25,7 @@ use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
 use hashbrown::hash_table::OccupiedEntry;
 use hashbrown::HashTable;
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -127,8 +129,12 @@ struct Bucket {
 pub(crate) struct TimerQueue {
     state: StateId,
     /// The buckets by time. A bucket goes when its order is spent (every timer fired or
-    /// deleted).
+    /// deleted) or its table is empty (every timer deleted, none held by the backend).
     buckets: BTreeMap<Timestamp, Bucket>,
+    /// A bucket that went, emptied, for the next new time: its table and order keep their
+    /// capacity, so the timers of a time, registered together, fill it without growing it
+    /// (and the memory of the times whose timers were all moved is reused at once).
+    spare: Option<Bucket>,
     /// Hashes a timer's key group and key. ahash with a random seed: keys come from the data.
     hasher: ahash::RandomState,
     /// Timers the backend holds whose bucket went (fired or deleted): deleted from the
@@ -160,6 +166,7 @@ impl TimerQueue {
             // Constant, valid names.
             state: StateId::new(name).unwrap_or_else(|_| unreachable!("valid name")),
             buckets: BTreeMap::new(),
+            spare: None,
             hasher: ahash::RandomState::new(),
             doomed: Vec::new(),
         }
@@ -172,7 +179,8 @@ impl TimerQueue {
     /// Registers a timer (nothing when the key has one at `ts` already).
     pub(crate) fn register(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
         let hash = self.hash(key_group, key);
-        let bucket = self.buckets.entry(ts).or_default();
+        let spare = &mut self.spare;
+        let bucket = self.buckets.entry(ts).or_insert_with(|| spare.take().unwrap_or_default());
         if let Some((_, k, status)) = bucket.table.find_mut(hash, |(g, k, _)| *g == key_group && **k == *key)
         {
             if !status.live {
@@ -195,10 +203,22 @@ impl TimerQueue {
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
         let hash = self.hash(key_group, key);
-        let Some(bucket) = self.buckets.get_mut(&ts) else { return };
-        if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
+        let btree_map::Entry::Occupied(mut bucket) = self.buckets.entry(ts) else { return };
+        let table = &mut bucket.get_mut().table;
+        if let Ok(entry) = table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
             Self::retire(entry);
+            if table.is_empty() {
+                // Its order holds deleted timers only.
+                self.spare = Some(Self::emptied(bucket.remove()));
+            }
         }
+    }
+
+    /// `bucket` without timers, its capacity kept.
+    fn emptied(mut bucket: Bucket) -> Bucket {
+        bucket.order.clear();
+        bucket.table.clear();
+        bucket
     }
 
     /// Takes a timer out of the live ones (deleted or fired); whether it was live. One the
@@ -237,13 +257,14 @@ impl TimerQueue {
             if bucket.order.is_empty() {
                 // Every timer of this time fired or was deleted: those the backend still
                 // holds leave it at the next write-through.
-                let bucket = first.remove();
-                for (key_group, key, status) in bucket.table {
+                let mut bucket = first.remove();
+                for (key_group, key, status) in bucket.table.drain() {
                     debug_assert!(!status.live, "a live timer has an entry in its bucket's order");
                     if status.stored {
                         self.doomed.push(Timer(ts, key_group, key));
                     }
                 }
+                self.spare = Some(Self::emptied(bucket));
             }
             if due.is_some() {
                 return due;
