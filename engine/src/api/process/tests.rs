@@ -85,6 +85,8 @@ enum TimerOp {
     Watermark(Timestamp),
     ProcessingTime(Timestamp),
     SnapshotAndRestore,
+    /// A checkpoint the job goes on from (the timers written through, the queue kept).
+    Snapshot,
 }
 
 fn timer_op() -> impl Strategy<Value = TimerOp> {
@@ -95,6 +97,7 @@ fn timer_op() -> impl Strategy<Value = TimerOp> {
         2 => (0i64..60).prop_map(TimerOp::Watermark),
         2 => (0i64..60).prop_map(TimerOp::ProcessingTime),
         1 => Just(TimerOp::SnapshotAndRestore),
+        1 => Just(TimerOp::Snapshot),
     ]
 }
 
@@ -150,6 +153,9 @@ proptest! {
                     let snapshot = h.snapshot(n as u64 + 1).unwrap();
                     h = harness(TimerProbe, |e: &(u8, TimerCmd)| e.0);
                     h.restore_as(vec![snapshot], 0, 1).unwrap();
+                }
+                TimerOp::Snapshot => {
+                    h.snapshot(n as u64 + 1).unwrap();
                 }
             }
         }

@@ -2,28 +2,29 @@
 //! and timestamp.
 //!
 //! In memory, timers wait in buckets by time (a B-tree of times: the timers of many keys
-//! often share a time), each with its keys in order and a table of its live timers (and of
-//! those the backend still holds), so registering, deleting and firing cost one lookup of
-//! the time, one hash and a push or a pop whatever the number of timers (a deleted timer
-//! stays in its bucket's order until its time and is skipped then). Timers of one time are
-//! usually registered together and always fire together, so their bucket's table is warm in
-//! cache when probed. A bucket whose timers all fired or were deleted goes at once, and the
-//! next new time reuses its memory (a timer moved per record, as a silence detector does,
-//! keeps two buckets' worth, not one per time still ahead). A key of up to [`INLINE_KEY`]
-//! bytes (a number, a short string) is stored inline: a timer costs no allocation and its
-//! lookup no pointer chase. At each barrier the timers registered or removed since the last one are written
-//! through (one pass over the tables: no list of changes to keep between barriers) to the
-//! subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the
-//! timer's key, its timestamp as the namespace): timers are in every checkpoint, placed by
-//! key group, and follow their keys when a job is rescaled; a timer registered and gone
-//! between two barriers never reaches the backend. After a restore the queue is rebuilt from
-//! the backend (one contiguous scan per key group and timer state).
+//! often share a time), each with its timers in the order they were registered and an index
+//! of their positions by key, so registering, deleting and firing cost one lookup of the
+//! time, one hash and a push or a pop whatever the number of timers (a deleted timer stays
+//! in its bucket's order until its turn and is skipped then). Timers of one time are usually
+//! registered together, in the order they are deleted or fired in later, so a bucket's index
+//! (a position per timer) stays warm in cache and its timers are read in order. A bucket
+//! whose timers all fired or were deleted goes at once, and the next new time reuses its
+//! memory (a timer moved per record, as a silence detector does, keeps two buckets' worth,
+//! not one per time still ahead). A key of up to [`INLINE_KEY`] bytes (a number, a short
+//! string) is stored inline: a timer costs no allocation and its lookup no pointer chase.
+//!
+//! At each barrier the timers registered or removed since the last one are written through
+//! (one pass over the indexes: no list of changes to keep between barriers) to the
+//! subtask's keyed-state backend (state `_timer.event` or `_timer.proc`, the timer's key,
+//! its timestamp as the namespace): timers are in every checkpoint, placed by key group, and
+//! follow their keys when a job is rescaled; a timer registered and gone between two barriers
+//! never reaches the backend. After a restore the queue is rebuilt from the backend (one
+//! contiguous scan per key group and timer state).
 
 use crate::types::Timestamp;
 use crate::Result;
 use caudal_checkpoints::keys::decode_key;
 use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey, StateWriteBatch};
-use hashbrown::hash_table::OccupiedEntry;
 use hashbrown::HashTable;
 use std::collections::{btree_map, BTreeMap};
 use std::ops::Deref;
@@ -55,8 +56,8 @@ pub(crate) const PROCESSING_TIMERS: &str = "_timer.proc";
 /// The longest encoded key a timer keeps inline.
 pub(crate) const INLINE_KEY: usize = 22;
 
-/// A timer's encoded key: inline up to [`INLINE_KEY`] bytes, shared beyond (its bucket's
-/// order and table each hold the timer).
+/// A timer's encoded key: inline up to [`INLINE_KEY`] bytes, shared beyond (a timer fired
+/// or deleted that the backend holds is also on the list of those to delete there).
 #[derive(Clone)]
 pub(crate) enum TimerKey {
     Inline(u8, [u8; INLINE_KEY]),
@@ -101,28 +102,58 @@ pub(crate) type DueTimer = (Timestamp, u16, TimerKey);
 struct Timer(Timestamp, u16, TimerKey);
 
 /// Where a timer stands: whether it is live (waits to fire) and whether the backend holds
-/// it (as of the last write-through). A timer neither live nor held by the backend has no
-/// entry; the next write-through puts the live ones the backend does not hold and deletes
-/// the others it holds.
+/// it (as of the last write-through). A timer neither live nor held by the backend is gone:
+/// its bucket's index has no entry for it; the next write-through puts the live ones the
+/// backend does not hold and deletes the others it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Status {
     live: bool,
     stored: bool,
 }
 
-/// A timer's entry in its time's bucket.
-type Slot = (u16, TimerKey, Status);
+/// A timer in its time's bucket.
+#[derive(Debug)]
+struct Entry {
+    key_group: u16,
+    key: TimerKey,
+    status: Status,
+}
 
-/// The timers of one time: their keys in the order they became live (fired from the end; a
-/// deleted timer's entry stays until its time and is skipped then), and every one that is
-/// live or that the backend holds, with its status — a table probed once per register,
-/// delete or fire, and small and warm in cache when timers of one time come together (a
-/// timer per record at its time plus a constant, say), where one table of every timer would
-/// cost a cache miss per probe.
+/// The timers of one time: in the order they were registered (fired from the end; a gone
+/// timer's entry stays until its turn and is skipped then), and an index of the position of
+/// every one that is live or that the backend holds — probed once per register or delete,
+/// and small (a position per timer) so it stays in cache. Keys of one time are usually
+/// registered in the order they are later deleted or fired in (a timer per record at its
+/// time plus a constant, the records of each round in the same order), so the entries are
+/// read in order too, not at random.
 #[derive(Default)]
 struct Bucket {
-    order: Vec<(u16, TimerKey)>,
-    table: HashTable<Slot>,
+    timers: Vec<Entry>,
+    index: HashTable<usize>,
+}
+
+impl Bucket {
+    /// Whether the timer at `position` is `key_group`'s `key`.
+    fn is(&self, position: usize, key_group: u16, key: &[u8]) -> bool {
+        self.timers.get(position).is_some_and(|e| e.key_group == key_group && *e.key == *key)
+    }
+
+    /// Indexes a new live timer.
+    fn push(&mut self, hash: u64, hasher: &ahash::RandomState, key_group: u16, key: TimerKey, stored: bool) {
+        let position = self.timers.len();
+        self.timers.push(Entry { key_group, key, status: Status { live: true, stored } });
+        let timers = &self.timers;
+        self.index.insert_unique(hash, position, |p| {
+            timers.get(*p).map_or(0, |e| hasher.hash_one((e.key_group, &*e.key)))
+        });
+    }
+
+    /// Empty, its capacity kept.
+    fn emptied(mut self) -> Bucket {
+        self.timers.clear();
+        self.index.clear();
+        self
+    }
 }
 
 /// The timers of one domain.
@@ -181,60 +212,35 @@ impl TimerQueue {
         let hash = self.hash(key_group, key);
         let spare = &mut self.spare;
         let bucket = self.buckets.entry(ts).or_insert_with(|| spare.take().unwrap_or_default());
-        if let Some((_, k, status)) = bucket.table.find_mut(hash, |(g, k, _)| *g == key_group && **k == *key)
-        {
-            if !status.live {
-                // Deleted since the backend learnt of it: live again, no change to write.
-                status.live = true;
-                bucket.order.push((key_group, k.clone()));
+        if let Some(&position) = bucket.index.find(hash, |p| bucket.is(*p, key_group, key)) {
+            if let Some(e) = bucket.timers.get_mut(position) {
+                // Live already, or deleted since the backend learnt of it: live (again), no
+                // change to write.
+                e.status.live = true;
             }
             return;
         }
-        let k = TimerKey::new(key);
-        bucket.order.push((key_group, k.clone()));
-        let hasher = &self.hasher;
-        bucket.table.insert_unique(
-            hash,
-            (key_group, k, Status { live: true, stored: false }),
-            |(g, k, _)| hasher.hash_one((*g, &**k)),
-        );
+        bucket.push(hash, &self.hasher, key_group, TimerKey::new(key), false);
     }
 
     /// Deletes a timer (nothing when there is none).
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
         let hash = self.hash(key_group, key);
-        let btree_map::Entry::Occupied(mut bucket) = self.buckets.entry(ts) else { return };
-        let table = &mut bucket.get_mut().table;
-        if let Ok(entry) = table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
-            Self::retire(entry);
-            if table.is_empty() {
-                // Its order holds deleted timers only.
-                self.spare = Some(Self::emptied(bucket.remove()));
+        let btree_map::Entry::Occupied(mut slot) = self.buckets.entry(ts) else { return };
+        let bucket = slot.get_mut();
+        let Some(&position) = bucket.index.find(hash, |p| bucket.is(*p, key_group, key)) else { return };
+        let Some(e) = bucket.timers.get_mut(position) else { return };
+        e.status.live = false;
+        if !e.status.stored {
+            // Registered and gone between two write-throughs: the backend never hears of it.
+            if let Ok(found) = bucket.index.find_entry(hash, |p| *p == position) {
+                found.remove();
+            }
+            if bucket.index.is_empty() {
+                // Its entries are gone timers only.
+                self.spare = Some(slot.remove().emptied());
             }
         }
-    }
-
-    /// `bucket` without timers, its capacity kept.
-    fn emptied(mut bucket: Bucket) -> Bucket {
-        bucket.order.clear();
-        bucket.table.clear();
-        bucket
-    }
-
-    /// Takes a timer out of the live ones (deleted or fired); whether it was live. One the
-    /// backend holds stays, not live, for the next write-through to delete; one registered
-    /// and gone between two write-throughs is dropped: the backend never hears of it.
-    fn retire(mut entry: OccupiedEntry<'_, Slot>) -> bool {
-        let status = &mut entry.get_mut().2;
-        if !status.live {
-            return false;
-        }
-        if status.stored {
-            status.live = false;
-        } else {
-            entry.remove();
-        }
-        true
     }
 
     /// Takes the earliest live timer due by `now` off the queue.
@@ -247,24 +253,22 @@ impl TimerQueue {
             }
             let bucket = first.get_mut();
             let mut due = None;
-            if let Some((key_group, key)) = bucket.order.pop() {
-                let hash = self.hasher.hash_one((key_group, &*key));
-                // A deleted (or already fired) timer's entry is skipped.
-                if let Ok(entry) = bucket.table.find_entry(hash, |(g, k, _)| *g == key_group && **k == *key) {
-                    due = Self::retire(entry).then_some((ts, key_group, key));
+            if let Some(Entry { key_group, key, status }) = bucket.timers.pop() {
+                if status.live || status.stored {
+                    let (position, hash) = (bucket.timers.len(), self.hasher.hash_one((key_group, &*key)));
+                    if let Ok(found) = bucket.index.find_entry(hash, |p| *p == position) {
+                        found.remove();
+                    }
+                    if status.stored {
+                        // Fired or deleted: it leaves the backend at the next write-through.
+                        self.doomed.push(Timer(ts, key_group, key.clone()));
+                    }
+                    due = status.live.then_some((ts, key_group, key));
                 }
             }
-            if bucket.order.is_empty() {
-                // Every timer of this time fired or was deleted: those the backend still
-                // holds leave it at the next write-through.
-                let mut bucket = first.remove();
-                for (key_group, key, status) in bucket.table.drain() {
-                    debug_assert!(!status.live, "a live timer has an entry in its bucket's order");
-                    if status.stored {
-                        self.doomed.push(Timer(ts, key_group, key));
-                    }
-                }
-                self.spare = Some(Self::emptied(bucket));
+            if bucket.timers.is_empty() {
+                debug_assert!(bucket.index.is_empty(), "an indexed timer has no entry");
+                self.spare = Some(first.remove().emptied());
             }
             if due.is_some() {
                 return due;
@@ -277,20 +281,24 @@ impl TimerQueue {
         self.buckets.keys().next().copied()
     }
 
-    /// Number of timers with an entry in a table, or waiting to leave the backend.
+    /// Number of timers live or held by the backend (indexed), or waiting to leave the backend.
     #[cfg(test)]
     fn entries(&self) -> usize {
-        self.buckets.values().map(|b| b.table.len()).sum::<usize>() + self.doomed.len()
+        self.buckets.values().map(|b| b.index.len()).sum::<usize>() + self.doomed.len()
     }
 
     /// Number of live timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.buckets.values().flat_map(|b| b.table.iter()).filter(|(_, _, s)| s.live).count()
+        self.buckets
+            .values()
+            .flat_map(|b| b.index.iter().filter_map(|p| b.timers.get(*p)))
+            .filter(|e| e.status.live)
+            .count()
     }
 
     /// Writes the timers registered and removed since the last write-through to the backend:
-    /// one pass over the tables (the live timers and those the backend still holds).
+    /// one pass over the indexes (the live timers and those the backend still holds).
     pub(crate) fn write_through(&mut self, backend: &mut dyn KeyedStateBackend) -> Result<()> {
         let mut batch = StateWriteBatch::new();
         // First: a doomed timer registered again since is put after its delete.
@@ -299,7 +307,9 @@ impl TimerQueue {
         }
         let mut failed = None;
         for (ts, bucket) in &mut self.buckets {
-            bucket.table.retain(|(key_group, key, status)| {
+            let Bucket { timers, index } = bucket;
+            index.retain(|p| {
+                let Some(Entry { key_group, key, status }) = timers.get_mut(*p) else { return false };
                 let (put, keep) = match (status.live, status.stored) {
                     (true, false) => (true, true),
                     (false, true) => (false, false),
@@ -312,6 +322,8 @@ impl TimerQueue {
                 keep
             });
         }
+        // A bucket whose timers are all gone goes.
+        self.buckets.retain(|_, b| !b.index.is_empty());
         if let Some(e) = failed {
             return Err(e);
         }
@@ -342,15 +354,8 @@ impl TimerQueue {
                     if let Some(ts) = decode_time(d.namespace) {
                         let hash = self.hash(kg, d.key);
                         let bucket = self.buckets.entry(ts).or_default();
-                        if bucket.table.find(hash, |(g, k, _)| *g == kg && **k == *d.key).is_none() {
-                            let key = TimerKey::new(d.key);
-                            bucket.order.push((kg, key.clone()));
-                            let hasher = &self.hasher;
-                            bucket.table.insert_unique(
-                                hash,
-                                (kg, key, Status { live: true, stored: true }),
-                                |(g, k, _)| hasher.hash_one((*g, &**k)),
-                            );
+                        if bucket.index.find(hash, |p| bucket.is(*p, kg, d.key)).is_none() {
+                            bucket.push(hash, &self.hasher, kg, TimerKey::new(d.key), true);
                         }
                     }
                 }
@@ -457,8 +462,8 @@ mod tests {
             // The stored timer and none of the fired ones: nothing grows.
             assert_eq!((timers.event.buckets.len(), timers.event.entries()), (1, 1), "at {i}");
         }
-        // 100,000 registered and deleted at once (the silence detector's pattern): their bucket
-        // entries stay until their time, their table entries go at once.
+        // 100,000 registered and deleted at once (the silence detector's pattern): their
+        // buckets go at once.
         let started = std::time::Instant::now();
         for i in 0..100_000i64 {
             timers.event.register(2_000_000 + i, (i % 8) as u16, &i.to_be_bytes());
@@ -466,6 +471,7 @@ mod tests {
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
         assert_eq!(timers.event.entries(), 1, "only the stored timer has an entry");
+        assert_eq!(timers.event.buckets.len(), 1, "only the stored timer's bucket is left");
         // Timers the backend holds, deleted, then many others fired before the write-through:
         // their deletes must still reach the backend.
         for i in 0..2_000i64 {
