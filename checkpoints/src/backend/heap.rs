@@ -319,17 +319,11 @@ impl HeapStateBackend {
         }
     }
 
-    /// The bucket of `key`'s slot in `group` when it is the one used last.
-    fn last_bucket(&self, group: &Group, key: &StateKey<'_>) -> Option<usize> {
-        let (_, bucket) = self.last.get().filter(|(kg, _)| *kg == key.key_group)?;
-        key.prefix_matches(group.table.get_bucket(bucket)?.prefix()).then_some(bucket)
-    }
-
     /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer unless its
     /// slot is the one used last).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
-        let bucket = match self.last_bucket(g, key) {
+        let bucket = match last_bucket(self.last.get(), g, key) {
             Some(bucket) => Some(bucket),
             None => {
                 let mut prefix = self.scratch.borrow_mut();
@@ -351,23 +345,17 @@ impl HeapStateBackend {
     fn change(&mut self, key: &StateKey<'_>, change: Change<'_>) -> Result<()> {
         check_key_group(self.range, key.key_group)?;
         let i = usize::from(key.key_group - self.range.start);
+        // Checked after the copy on write: the hint is tested against the group written to.
         let group = Arc::make_mut(&mut self.groups[i]);
-        if let Some((_, bucket)) = self.last.get().filter(|(kg, _)| *kg == key.key_group) {
-            let slot = group.table.get_bucket_mut(bucket).filter(|s| key.prefix_matches(s.prefix()));
-            if let Some(slot) = slot {
+        if let Some(bucket) = last_bucket(self.last.get(), group, key) {
+            if let Some(slot) = group.table.get_bucket_mut(bucket) {
                 slot.change(key.map_key, change);
                 return Ok(());
             }
         }
-        let mut prefix = std::mem::take(self.scratch.get_mut());
-        prefix.clear();
-        let encoded = key.encode_prefix_into(&mut prefix);
-        if encoded.is_ok() {
-            let bucket = group.upsert(&prefix, key.map_key, change);
-            self.last.set(Some((key.key_group, bucket)));
-        }
-        *self.scratch.get_mut() = prefix;
-        encoded
+        let bucket = self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, change))?;
+        self.last.set(Some((key.key_group, bucket)));
+        Ok(())
     }
 
     fn group(&self, kg: u16) -> Result<&Group> {
@@ -420,6 +408,13 @@ impl HeapStateBackend {
         *self.scratch.get_mut() = prefix;
         out
     }
+}
+
+/// The bucket of `key`'s slot in `group` when it is the one `last` names (the key group and
+/// bucket used last).
+fn last_bucket(last: Option<(u16, usize)>, group: &Group, key: &StateKey<'_>) -> Option<usize> {
+    let (_, bucket) = last.filter(|(kg, _)| *kg == key.key_group)?;
+    key.prefix_matches(group.table.get_bucket(bucket)?.prefix()).then_some(bucket)
 }
 
 /// Calls `f` for every entry of `wanted` key groups in a heap snapshot.

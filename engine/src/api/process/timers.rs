@@ -132,12 +132,12 @@ struct Bucket {
     index: HashTable<usize>,
 }
 
-impl Bucket {
-    /// Whether the timer at `position` is `key_group`'s `key`.
-    fn is(&self, position: usize, key_group: u16, key: &[u8]) -> bool {
-        self.timers.get(position).is_some_and(|e| e.key_group == key_group && *e.key == *key)
-    }
+/// Whether the timer at `position` is `key_group`'s `key`.
+fn is(timers: &[Entry], position: usize, key_group: u16, key: &[u8]) -> bool {
+    timers.get(position).is_some_and(|e| e.key_group == key_group && *e.key == *key)
+}
 
+impl Bucket {
     /// Indexes a new live timer.
     fn push(&mut self, hash: u64, hasher: &ahash::RandomState, key_group: u16, key: TimerKey, stored: bool) {
         let position = self.timers.len();
@@ -212,7 +212,7 @@ impl TimerQueue {
         let hash = self.hash(key_group, key);
         let spare = &mut self.spare;
         let bucket = self.buckets.entry(ts).or_insert_with(|| spare.take().unwrap_or_default());
-        if let Some(&position) = bucket.index.find(hash, |p| bucket.is(*p, key_group, key)) {
+        if let Some(&position) = bucket.index.find(hash, |p| is(&bucket.timers, *p, key_group, key)) {
             if let Some(e) = bucket.timers.get_mut(position) {
                 // Live already, or deleted since the backend learnt of it: live (again), no
                 // change to write.
@@ -227,16 +227,14 @@ impl TimerQueue {
     pub(crate) fn delete(&mut self, ts: Timestamp, key_group: u16, key: &[u8]) {
         let hash = self.hash(key_group, key);
         let btree_map::Entry::Occupied(mut slot) = self.buckets.entry(ts) else { return };
-        let bucket = slot.get_mut();
-        let Some(&position) = bucket.index.find(hash, |p| bucket.is(*p, key_group, key)) else { return };
-        let Some(e) = bucket.timers.get_mut(position) else { return };
+        let Bucket { timers, index } = slot.get_mut();
+        let Ok(found) = index.find_entry(hash, |p| is(timers, *p, key_group, key)) else { return };
+        let Some(e) = timers.get_mut(*found.get()) else { return };
         e.status.live = false;
         if !e.status.stored {
             // Registered and gone between two write-throughs: the backend never hears of it.
-            if let Ok(found) = bucket.index.find_entry(hash, |p| *p == position) {
-                found.remove();
-            }
-            if bucket.index.is_empty() {
+            found.remove();
+            if index.is_empty() {
                 // Its entries are gone timers only.
                 self.spare = Some(slot.remove().emptied());
             }
@@ -354,7 +352,7 @@ impl TimerQueue {
                     if let Some(ts) = decode_time(d.namespace) {
                         let hash = self.hash(kg, d.key);
                         let bucket = self.buckets.entry(ts).or_default();
-                        if bucket.index.find(hash, |p| bucket.is(*p, kg, d.key)).is_none() {
+                        if bucket.index.find(hash, |p| is(&bucket.timers, *p, kg, d.key)).is_none() {
                             bucket.push(hash, &self.hasher, kg, TimerKey::new(d.key), true);
                         }
                     }
