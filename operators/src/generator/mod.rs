@@ -7,6 +7,7 @@
 //! (seed, k, n). The position of a split is that sequence number `n`, so a restored
 //! reader replays exactly; the data never depends on the parallelism.
 
+mod cursor;
 mod model;
 mod reader;
 
@@ -222,20 +223,36 @@ impl SensorGenerator {
     #[inline]
     pub fn emitted(&self, k: u32, n: u64, sensors_in_split: u64) -> Option<SensorReading> {
         let r = self.record(k, n, sensors_in_split);
-        let silent = self.config.outages.iter().any(|o| {
-            o.sensor == r.sensor_id as u64
-                && (self.start_ms + o.from_ms..self.start_ms + o.to_ms).contains(&r.ts)
-        });
-        (!silent).then_some(r)
+        (!self.silenced(&r)).then_some(r)
     }
 
     /// The n-th record of split `k` (whether or not an outage silences it).
     #[inline]
     pub fn record(&self, k: u32, n: u64, sensors_in_split: u64) -> SensorReading {
         let round = n / sensors_in_split;
-        let sensor = u64::from(k) + (n % sensors_in_split) * u64::from(self.splits);
-        let ts = self.start_ms + round as i64 * self.interval_ms;
-        reading(self.config.seed, sensor, round, ts, self.config.faulty_fraction)
+        let sensor = self.sensor_of(u64::from(k), n % sensors_in_split);
+        reading(self.config.seed, sensor, round, self.round_ts(round), self.config.faulty_fraction)
+    }
+
+    /// The sensor at `slot` of a round of split `split`.
+    #[inline]
+    fn sensor_of(&self, split: u64, slot: u64) -> u64 {
+        split + slot * u64::from(self.splits)
+    }
+
+    /// Event time of round `round`.
+    #[inline]
+    fn round_ts(&self, round: u64) -> i64 {
+        self.start_ms + round as i64 * self.interval_ms
+    }
+
+    /// Whether an outage silences reading `r`.
+    #[inline]
+    fn silenced(&self, r: &SensorReading) -> bool {
+        self.config.outages.iter().any(|o| {
+            o.sensor == r.sensor_id as u64
+                && (self.start_ms + o.from_ms..self.start_ms + o.to_ms).contains(&r.ts)
+        })
     }
 }
 

@@ -31,16 +31,45 @@ pub fn position(seed: u64, sensor: u64) -> (f64, f64) {
 /// The true temperature in °C at `lat`/`lon` at UTC time `ts` (ms), without noise.
 pub fn climate_c(lat: f64, lon: f64, ts: i64) -> f64 {
     let utc_hours = (ts.rem_euclid(86_400_000)) as f64 / 3_600_000.0;
-    let local = (utc_hours + lon / 15.0).rem_euclid(24.0);
+    let local = hours_of_day(utc_hours + lon / 15.0);
     let base = 28.0 - 0.45 * lat.abs();
     let diurnal = 6.0 * (std::f64::consts::TAU * (local - 15.0) / 24.0).cos();
     base + diurnal
 }
 
+/// `hours.rem_euclid(24.0)`, to the bit, without the `fmod` call for the hours a local
+/// time can be (UTC hours plus a longitude's offset: -12 to 36); others take `rem_euclid`.
+#[inline]
+fn hours_of_day(hours: f64) -> f64 {
+    if (0.0..24.0).contains(&hours) {
+        hours
+    } else if (24.0..48.0).contains(&hours) {
+        // Exact (Sterbenz), as fmod's result is.
+        hours - 24.0
+    } else if hours > -24.0 && hours < 0.0 {
+        // fmod leaves it as it is; rem_euclid then adds 24 (-24 itself gives -0: not here).
+        hours + 24.0
+    } else {
+        hours.rem_euclid(24.0)
+    }
+}
+
 /// The reading of `sensor` number `round` at time `ts`.
 #[inline]
 pub fn reading(seed: u64, sensor: u64, round: u64, ts: i64, faulty_fraction: f64) -> SensorReading {
-    let (lat, lon) = position(seed, sensor);
+    reading_at(seed, sensor, position(seed, sensor), round, ts, faulty_fraction)
+}
+
+/// [`reading`] of a sensor whose [`position`] is known.
+#[inline]
+pub(crate) fn reading_at(
+    seed: u64,
+    sensor: u64,
+    (lat, lon): (f64, f64),
+    round: u64,
+    ts: i64,
+    faulty_fraction: f64,
+) -> SensorReading {
     let faulty = faulty_fraction > 0.0 && unit(seed, sensor, round, 3) < faulty_fraction;
     let temp_f = if faulty {
         // Impossible readings: below absolute zero or far above any weather on Earth.
@@ -66,6 +95,21 @@ mod tests {
     fn readings_are_deterministic_for_a_seed() {
         assert_eq!(reading(7, 3, 10, 1_000, 0.1), reading(7, 3, 10, 1_000, 0.1));
         assert_ne!(reading(7, 3, 10, 1_000, 0.0).temp_f, reading(8, 3, 10, 1_000, 0.0).temp_f);
+    }
+
+    #[test]
+    fn hours_of_day_is_rem_euclid_to_the_bit() {
+        let edges =
+            [-48.0, -24.0, -23.999_999_999, -12.0, -1e-300, -0.0, 0.0, 1e-300, 12.5, 23.999_999_999_999_996];
+        let more = [24.0, 24.000_000_000_000_004, 35.99, 47.999, 48.0, 100.0, f64::NAN, f64::INFINITY];
+        let spread = (0..100_000).map(|i| -30.0 + 80.0 * unit(9, i, 0, 7));
+        for h in edges.into_iter().chain(more).chain(spread) {
+            let (got, want) = (hours_of_day(h), h.rem_euclid(24.0));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{h}: {got} vs {want}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! One subtask's reader over its generator splits.
 
+use super::cursor::SplitCursor;
 use super::{GeneratorPosition, SensorGenerator, SensorReading};
 use caudal::{Result, SourceOutput, SourcePoll, SourceReader};
 use std::time::{Duration, Instant};
@@ -7,6 +8,8 @@ use std::time::{Duration, Instant};
 struct SplitState {
     split: u32,
     next: u64,
+    /// At `next`.
+    cursor: SplitCursor,
     end: Option<u64>,
     sensors: u64,
     /// Throttled runs: when the next round is due.
@@ -37,6 +40,7 @@ impl GeneratorReader {
                 SplitState {
                     split: k,
                     next,
+                    cursor: SplitCursor::new(&generator, k, next),
                     end,
                     sensors: generator.split_sensors(k),
                     due: now,
@@ -82,11 +86,11 @@ impl SourceReader<SensorReading> for GeneratorReader {
                 take = take.min(end - s.next);
             }
             for _ in 0..take {
-                if let Some(r) = self.generator.emitted(s.split, s.next, s.sensors) {
+                if let Some(r) = s.cursor.next(&self.generator) {
                     out.collect(i, r);
                 }
-                s.next += 1;
             }
+            s.next += take;
             if !self.pacing.is_zero() && take > 0 && s.next.is_multiple_of(s.sensors) {
                 s.due += self.pacing;
                 if s.due + self.pacing * 4 < now {

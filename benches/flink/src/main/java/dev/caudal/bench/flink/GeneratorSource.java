@@ -134,7 +134,8 @@ final class GeneratorSource implements Source<SensorReading, GeneratorSource.Spl
     private static final class Reader implements SourceReader<SensorReading, Split> {
         private final SensorModel model;
         private final List<Split> splits = new ArrayList<>();
-        private final List<Long> sensorsInSplit = new ArrayList<>();
+        /** At each split's next sequence number. */
+        private final List<SensorModel.Cursor> cursors = new ArrayList<>();
         private CompletableFuture<Void> available = new CompletableFuture<>();
         private boolean noMoreSplits;
         private int cursor;
@@ -155,18 +156,18 @@ final class GeneratorSource implements Source<SensorReading, GeneratorSource.Spl
             }
             cursor %= splits.size();
             Split s = splits.get(cursor);
-            long sensors = sensorsInSplit.get(cursor);
+            SensorModel.Cursor at = cursors.get(cursor);
             SourceOutput<SensorReading> out = output.createOutputForSplit(s.splitId());
             long take = Math.min(CHUNK, s.end - s.next);
             for (long i = 0; i < take; i++) {
-                out.collect(model.record(s.k, s.next, sensors));
-                s.next++;
+                out.collect(at.next());
             }
+            s.next += take;
             emitted += take;
             if (s.next >= s.end) {
                 output.releaseOutputForSplit(s.splitId());
                 splits.remove(cursor);
-                sensorsInSplit.remove(cursor);
+                cursors.remove(cursor);
             } else {
                 cursor++;
             }
@@ -194,7 +195,7 @@ final class GeneratorSource implements Source<SensorReading, GeneratorSource.Spl
         public void addSplits(List<Split> added) {
             for (Split s : added) {
                 splits.add(s);
-                sensorsInSplit.add(model.splitSensors(s.k));
+                cursors.add(model.new Cursor(s.k, s.next));
             }
             available.complete(null);
         }

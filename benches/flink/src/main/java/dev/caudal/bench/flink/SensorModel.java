@@ -46,21 +46,42 @@ final class SensorModel implements java.io.Serializable {
     /** The true temperature in °C at lat/lon at UTC time ts (ms), without noise. */
     static double climateC(double lat, double lon, long ts) {
         double utcHours = Math.floorMod(ts, 86_400_000L) / 3_600_000.0;
-        double local = remEuclid(utcHours + lon / 15.0, 24.0);
+        double local = hoursOfDay(utcHours + lon / 15.0);
         double base = 28.0 - 0.45 * Math.abs(lat);
         double diurnal = 6.0 * Math.cos(2.0 * Math.PI * (local - 15.0) / 24.0);
         return base + diurnal;
     }
 
-    private static double remEuclid(double x, double m) {
-        double r = x % m;
-        return r < 0.0 ? r + m : r;
+    /** Rust's {@code rem_euclid(24.0)}, to the bit; as Caudal's hours_of_day, no fmod for -24..48. */
+    static double hoursOfDay(double h) {
+        if (h >= 0.0 && h < 24.0) {
+            return h;
+        } else if (h >= 24.0 && h < 48.0) {
+            return h - 24.0;
+        } else if (h > -24.0 && h < 0.0) {
+            return h + 24.0;
+        }
+        double r = h % 24.0;
+        return r < 0.0 ? r + 24.0 : r;
+    }
+
+    /** A sensor's latitude. */
+    double lat(long sensor) {
+        return -60.0 + 130.0 * unit(seed, sensor, 0, 1);
+    }
+
+    /** A sensor's longitude. */
+    double lon(long sensor) {
+        return -180.0 + 360.0 * unit(seed, sensor, 0, 2);
     }
 
     /** The reading of {@code sensor} number {@code round} at time {@code ts}. */
     SensorReading reading(long sensor, long round, long ts) {
-        double lat = -60.0 + 130.0 * unit(seed, sensor, 0, 1);
-        double lon = -180.0 + 360.0 * unit(seed, sensor, 0, 2);
+        return readingAt(sensor, lat(sensor), lon(sensor), round, ts);
+    }
+
+    /** {@link #reading} of a sensor whose position is known. */
+    SensorReading readingAt(long sensor, double lat, double lon, long round, long ts) {
         boolean faulty = faultyFraction > 0.0 && unit(seed, sensor, round, 3) < faultyFraction;
         double tempF;
         if (faulty) {
@@ -85,6 +106,48 @@ final class SensorModel implements java.io.Serializable {
         long rem = records % sensors;
         long partial = rem > k ? Math.floorDiv(rem - k + splits - 1, splits) : 0;
         return fullRounds * splitSensors(k) + partial;
+    }
+
+    /**
+     * A split's walk through its readings, as Caudal's SplitCursor: round and slot kept as
+     * counters (no division per reading), the split's sensors' positions computed once.
+     */
+    final class Cursor {
+        private final int k;
+        private final long sensorsInSplit;
+        private final double[] lats;
+        private final double[] lons;
+        private long round;
+        private long slot;
+
+        Cursor(int k, long next) {
+            this.k = k;
+            this.sensorsInSplit = splitSensors(k);
+            int kept = (int) Math.min(sensorsInSplit, 1L << 20);
+            lats = new double[kept];
+            lons = new double[kept];
+            for (int i = 0; i < kept; i++) {
+                long sensor = k + (long) i * splits;
+                lats[i] = lat(sensor);
+                lons[i] = lon(sensor);
+            }
+            round = next / sensorsInSplit;
+            slot = next % sensorsInSplit;
+        }
+
+        /** The reading at the cursor; the cursor moves on. */
+        SensorReading next() {
+            long sensor = k + slot * splits;
+            long ts = START_MS + round * INTERVAL_MS;
+            SensorReading r = slot < lats.length
+                    ? readingAt(sensor, lats[(int) slot], lons[(int) slot], round, ts)
+                    : reading(sensor, round, ts);
+            if (++slot == sensorsInSplit) {
+                slot = 0;
+                round++;
+            }
+            return r;
+        }
     }
 
     /** The n-th record of split k. */
