@@ -115,8 +115,8 @@ impl<'a> StateKey<'a> {
     /// Whether `prefix` is this key's encoded prefix ([`Self::encode_prefix_into`]'s
     /// bytes), compared part by part without encoding it.
     pub fn prefix_matches(&self, prefix: &[u8]) -> bool {
-        let Some(rest) = prefix.strip_prefix(&self.key_group.to_be_bytes()) else { return false };
-        let Some(rest) = rest.strip_prefix(self.state.encoded()) else { return false };
+        let Some(rest) = strip_part(prefix, &self.key_group.to_be_bytes()) else { return false };
+        let Some(rest) = strip_part(rest, self.state.encoded()) else { return false };
         let Some(rest) = strip_len_prefixed(rest, self.key) else { return false };
         strip_len_prefixed(rest, self.namespace).is_some_and(<[u8]>::is_empty)
     }
@@ -126,7 +126,40 @@ impl<'a> StateKey<'a> {
 fn strip_len_prefixed<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
     let (len, rest) = bytes.split_first_chunk::<2>()?;
     (usize::from(u16::from_be_bytes(*len)) == part.len()).then_some(())?;
-    rest.strip_prefix(part)
+    strip_part(rest, part)
+}
+
+/// `bytes` after `part`, when they start with it.
+#[inline]
+fn strip_part<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
+    let (head, rest) = bytes.split_at_checked(part.len())?;
+    bytes_eq(head, part).then_some(rest)
+}
+
+/// `a == b`, without a call to `memcmp` for slices of up to 16 bytes — the size of most
+/// keys' parts and prefixes, for which the call costs more than the comparison (two
+/// overlapping word loads per side here).
+#[inline]
+pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        _ => a == b,
+    }
+}
+
+/// The `N` bytes of `s` at `at` (in bounds: the callers' lengths say so).
+#[inline]
+fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+    let mut w = [0u8; N];
+    w.copy_from_slice(&s[at..at + N]);
+    w
 }
 
 /// The length of a key part, which is stored as a `u16`.
@@ -286,6 +319,24 @@ mod tests {
             let mut longer = pa.clone();
             longer.push(0);
             proptest::prop_assert!(!sk.prefix_matches(&longer));
+        }
+
+        /// `bytes_eq` is `==` at every length, above all its word-load edges (3/4, 7/8, 16/17).
+        #[test]
+        fn bytes_eq_is_slice_equality(
+            a in proptest::collection::vec(0u8..2, 0..40),
+            flip in proptest::option::of(0usize..40),
+            cut in proptest::option::of(0usize..40),
+        ) {
+            let mut b = a.clone();
+            if let Some(i) = flip.filter(|i| *i < b.len()) {
+                b[i] ^= 1;
+            }
+            if let Some(n) = cut.filter(|n| *n < b.len()) {
+                b.truncate(n);
+            }
+            proptest::prop_assert_eq!(bytes_eq(&a, &b), a == b);
+            proptest::prop_assert!(bytes_eq(&a, &a));
         }
     }
 

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::ids::CheckpointId;
 use crate::keygroup::KeyGroupRange;
-use crate::keys::{key_group_of_encoded, prefix_len, StateKey};
+use crate::keys::{bytes_eq, key_group_of_encoded, prefix_len, StateKey};
 use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
 
@@ -171,19 +171,19 @@ struct Group {
 
 impl Group {
     fn find(&self, prefix: &[u8]) -> Option<&Slot> {
-        self.table.find(self.hasher.hash_one(prefix), |s| s.prefix() == prefix)
+        self.table.find(self.hasher.hash_one(prefix), |s| bytes_eq(s.prefix(), prefix))
     }
 
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
-        self.table.find_bucket_index(self.hasher.hash_one(prefix), |s| s.prefix() == prefix)
+        self.table.find_bucket_index(self.hasher.hash_one(prefix), |s| bytes_eq(s.prefix(), prefix))
     }
 
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
     /// copied only for a new entry. Returns the slot's bucket.
     fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
         let hash = self.hasher.hash_one(prefix);
-        match self.table.find_entry(hash, |s| s.prefix() == prefix) {
+        match self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
             Ok(mut entry) => {
                 entry.get_mut().change(map_key, change);
                 entry.bucket_index()
@@ -199,7 +199,7 @@ impl Group {
 
     fn remove(&mut self, prefix: &[u8], map_key: &[u8]) {
         let hash = self.hasher.hash_one(prefix);
-        if let Ok(mut entry) = self.table.find_entry(hash, |s| s.prefix() == prefix) {
+        if let Ok(mut entry) = self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
             if entry.get_mut().remove(map_key) {
                 entry.remove();
             }
@@ -209,7 +209,7 @@ impl Group {
     /// Removes every entry under `prefix`.
     fn remove_prefix(&mut self, prefix: &[u8]) {
         let hash = self.hasher.hash_one(prefix);
-        if let Ok(entry) = self.table.find_entry(hash, |s| s.prefix() == prefix) {
+        if let Ok(entry) = self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
             entry.remove();
         }
     }
