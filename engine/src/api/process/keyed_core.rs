@@ -51,6 +51,7 @@ impl KeyedCore {
     /// Calls `call` with the context of `key` for an element at `ts`; its side records go
     /// into `out` after it.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn element<K: Key, O>(
         &mut self,
         backend: &mut dyn KeyedStateBackend,
