@@ -136,9 +136,10 @@ fn strip_part<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
     bytes_eq(head, part).then_some(rest)
 }
 
-/// `a == b`, without a call to `memcmp` for slices of up to 16 bytes — the size of most
-/// keys' parts and prefixes, for which the call costs more than the comparison (two
-/// overlapping word loads per side here).
+/// `a == b`, without a call to `memcmp` for slices of up to 32 bytes — the size of most
+/// keys' parts and prefixes (a prefix is 16 bytes with a 6-byte state name and a small
+/// integer key, 19 with "last-seen"), for which the call costs more than the comparison
+/// (two overlapping loads per side here).
 #[inline]
 pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
@@ -150,6 +151,7 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
         1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
         4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
         8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        17..=32 => word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16),
         _ => a == b,
     }
 }
@@ -321,7 +323,7 @@ mod tests {
             proptest::prop_assert!(!sk.prefix_matches(&longer));
         }
 
-        /// `bytes_eq` is `==` at every length, above all its word-load edges (3/4, 7/8, 16/17).
+        /// `bytes_eq` is `==` at every length, above all its load edges (3/4, 7/8, 16/17, 32/33).
         #[test]
         fn bytes_eq_is_slice_equality(
             a in proptest::collection::vec(0u8..2, 0..40),
