@@ -31,6 +31,16 @@ impl SplitCursor {
         SplitCursor { split, sensors, round: next / sensors, slot: next % sensors, positions }
     }
 
+    /// The split's sensors: readings in a round.
+    pub(crate) fn sensors(&self) -> u64 {
+        self.sensors
+    }
+
+    /// Readings left in the current round, the one at the cursor included.
+    pub(crate) fn left_in_round(&self) -> u64 {
+        self.sensors - self.slot
+    }
+
     /// The reading at the cursor (`None` when an outage silences it); the cursor moves on.
     #[inline]
     pub(crate) fn next(&mut self, generator: &SensorGenerator) -> Option<SensorReading> {

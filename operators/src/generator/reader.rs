@@ -11,7 +11,6 @@ struct SplitState {
     /// At `next`.
     cursor: SplitCursor,
     end: Option<u64>,
-    sensors: u64,
     /// Throttled runs: when the next round is due.
     due: Instant,
     finished: bool,
@@ -42,7 +41,6 @@ impl GeneratorReader {
                     next,
                     cursor: SplitCursor::new(&generator, k, next),
                     end,
-                    sensors: generator.split_sensors(k),
                     due: now,
                     finished: end.is_some_and(|e| next >= e),
                 }
@@ -77,7 +75,7 @@ impl SourceReader<SensorReading> for GeneratorReader {
                 CHUNK.min(budget)
             } else if s.due <= now {
                 // A whole round (one reading per sensor) is due; emit from where we are in it.
-                (s.sensors - s.next % s.sensors).min(budget)
+                s.cursor.left_in_round().min(budget)
             } else {
                 earliest = Some(earliest.map_or(s.due, |e| e.min(s.due)));
                 0
@@ -91,7 +89,7 @@ impl SourceReader<SensorReading> for GeneratorReader {
                 }
             }
             s.next += take;
-            if !self.pacing.is_zero() && take > 0 && s.next.is_multiple_of(s.sensors) {
+            if !self.pacing.is_zero() && take > 0 && s.cursor.left_in_round() == s.cursor.sensors() {
                 s.due += self.pacing;
                 if s.due + self.pacing * 4 < now {
                     // Far behind (e.g. after a pause): don't burst to catch up.
