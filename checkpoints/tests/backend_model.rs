@@ -1,6 +1,6 @@
 //! Every backend behaves like a sorted map of full encoded keys (the layout of `keys.rs`):
 //! random puts, deletes, appends, batches, map scans and clears, state-browser pages and
-//! snapshot-restores, with value and map entries of one (key, namespace) mixed — the heap
+//! snapshot-restores, lookups announced ahead, with value and map entries of one (key, namespace) mixed — the heap
 //! backend stores them apart (a value under its prefix, map entries in a map under it), so
 //! this is its test against the naive model.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
@@ -30,6 +30,9 @@ enum Op {
     /// A snapshot taken and kept while the ops go on; uploaded and restored at the end, it
     /// must hold the entries of its moment.
     SnapshotHeld,
+    /// A lookup announced (changes nothing; later ops may or may not access it, and the
+    /// ops between may move or remove what it found).
+    Prefetch(Addr),
 }
 
 const STATES: [&str; 2] = ["a", "ab"];
@@ -53,6 +56,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..3, 1u8..5).prop_map(|(kg, limit)| Op::Page(kg, limit)),
         1 => Just(Op::SnapshotRestore),
         1 => Just(Op::SnapshotHeld),
+        6 => addr().prop_map(Op::Prefetch),
     ]
 }
 
@@ -156,6 +160,7 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 }
                 b.backend.write_batch(batch).unwrap();
             }
+            Op::Prefetch(a) => b.backend.prefetch(&key(&ids, *a)),
             Op::Get(a) => {
                 let k = key(&ids, *a);
                 prop_assert_eq!(
@@ -238,7 +243,7 @@ proptest! {
 
     #[test]
     fn every_backend_equals_a_sorted_map_of_full_keys(ops in prop::collection::vec(op(), 1..80)) {
-        for kind in KINDS {
+        for kind in KINDS.into_iter().chain([Kind::HeapAnnouncing]) {
             run(kind, &ops)?;
         }
     }

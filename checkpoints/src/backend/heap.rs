@@ -13,14 +13,15 @@
 //! a write costs no atomic operation); the upload sorts and serializes them (bincode) to
 //! `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 
+use super::lookahead::{Lookahead, Lookup, Probed};
+use super::probe_table::{prefetch_line, Hashed, ProbeTable};
 use super::{
     check_key_group, fetch_verified, frame_list_element, sha256_hex, BatchOp, EntryPage, EntrySink,
     HeapStateHandle, KeyGroupStats, KeyedStateBackend, RawEntry, SnapshotResult, StateHandle, StateSnapshot,
@@ -35,6 +36,10 @@ use crate::{Error, Result};
 /// Name of the snapshot file inside the subtask's checkpoint folder.
 pub const HEAP_SNAPSHOT_FILE: &str = "keyed-state.bin";
 const HEAP_FORMAT_VERSION: u32 = 1;
+
+/// The entries (about 100 bytes each with a small key and value) from which the state no
+/// longer fits in a core's cache (1-2 MB) and lookups are announced ahead.
+const LOOKAHEAD_MIN_ENTRIES: usize = 16 * 1024;
 
 /// A key group's sorted entries as stored in a snapshot file.
 type GroupEntries = (u16, Vec<(Vec<u8>, Vec<u8>)>);
@@ -62,12 +67,23 @@ impl Change<'_> {
     }
 }
 
-/// What is stored under one prefix.
+/// What is stored under one prefix, with the prefix's hash (its low 32 bits: what the table
+/// places and compares it by). 32 bytes and aligned to them: one bucket of the table, never
+/// across two cache lines.
 #[derive(Debug, Clone)]
-enum Slot {
+#[repr(align(32))]
+struct Slot {
+    hash: u32,
+    /// The prefix's length in a value's bytes.
+    prefix_len: u32,
+    body: Body,
+}
+
+#[derive(Debug, Clone)]
+enum Body {
     /// The one entry whose full key is the prefix (value, list, reducing state): the prefix
     /// followed by the value.
-    Value { bytes: Vec<u8>, prefix_len: u32 },
+    Value(Vec<u8>),
     /// Map state: entries `prefix + map key` in map-key order (the empty map key is the
     /// prefix itself). Boxed: rare next to values, and the table's slots stay small.
     Map(Box<MapSlot>),
@@ -80,49 +96,53 @@ struct MapSlot {
 }
 
 impl Slot {
-    fn new(prefix: &[u8], map_key: &[u8], change: Change<'_>) -> Slot {
+    fn new(hash: u64, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> Slot {
         let mut value = Vec::new();
         change.apply(&mut value, 0);
-        if map_key.is_empty() {
+        // A prefix is a few hundred bytes at most (a state name is ≤ 255 bytes, a key and a
+        // namespace ≤ 65,535 each).
+        let prefix_len = prefix.len() as u32;
+        let body = if map_key.is_empty() {
             let mut bytes = Vec::with_capacity(prefix.len() + value.len());
             bytes.extend_from_slice(prefix);
             bytes.extend_from_slice(&value);
-            // A prefix is a few hundred bytes at most (a state name is ≤ 255 bytes, a key and
-            // a namespace ≤ 65,535 each).
-            Slot::Value { bytes, prefix_len: prefix.len() as u32 }
+            Body::Value(bytes)
         } else {
-            Slot::Map(Box::new(MapSlot {
+            Body::Map(Box::new(MapSlot {
                 prefix: prefix.to_vec(),
                 entries: BTreeMap::from([(map_key.to_vec(), value)]),
             }))
-        }
+        };
+        Slot { hash: hash as u32, prefix_len, body }
     }
 
     fn prefix(&self) -> &[u8] {
-        match self {
-            Slot::Value { bytes, prefix_len } => &bytes[..*prefix_len as usize],
-            Slot::Map(m) => &m.prefix,
+        match &self.body {
+            Body::Value(bytes) => &bytes[..self.prefix_len as usize],
+            Body::Map(m) => &m.prefix,
         }
     }
 
     fn get(&self, map_key: &[u8]) -> Option<&[u8]> {
-        match self {
-            Slot::Value { bytes, prefix_len } => map_key.is_empty().then(|| &bytes[*prefix_len as usize..]),
-            Slot::Map(m) => m.entries.get(map_key).map(Vec::as_slice),
+        match &self.body {
+            Body::Value(bytes) => map_key.is_empty().then(|| &bytes[self.prefix_len as usize..]),
+            Body::Map(m) => m.entries.get(map_key).map(Vec::as_slice),
         }
     }
 
     /// Changes the value at `map_key`, created empty if absent.
     fn change(&mut self, map_key: &[u8], change: Change<'_>) {
-        if let Slot::Value { bytes, prefix_len } = self {
+        let prefix_len = self.prefix_len as usize;
+        if let Body::Value(bytes) = &mut self.body {
             if map_key.is_empty() {
-                return change.apply(bytes, *prefix_len as usize);
+                return change.apply(bytes, prefix_len);
             }
-            let value = bytes.split_off(*prefix_len as usize);
+            let value = bytes.split_off(prefix_len);
             let prefix = std::mem::take(bytes);
-            *self = Slot::Map(Box::new(MapSlot { prefix, entries: BTreeMap::from([(Vec::new(), value)]) }));
+            self.body =
+                Body::Map(Box::new(MapSlot { prefix, entries: BTreeMap::from([(Vec::new(), value)]) }));
         }
-        if let Slot::Map(m) = self {
+        if let Body::Map(m) = &mut self.body {
             // Not `entry`: it would need an owned key on every hit.
             if let Some(v) = m.entries.get_mut(map_key) {
                 change.apply(v, 0);
@@ -136,9 +156,9 @@ impl Slot {
 
     /// Removes `map_key`; whether the slot is empty afterwards.
     fn remove(&mut self, map_key: &[u8]) -> bool {
-        match self {
-            Slot::Value { .. } => map_key.is_empty(),
-            Slot::Map(m) => {
+        match &mut self.body {
+            Body::Value(_) => map_key.is_empty(),
+            Body::Map(m) => {
                 m.entries.remove(map_key);
                 m.entries.is_empty()
             }
@@ -147,11 +167,9 @@ impl Slot {
 
     /// Every `(map key, value)` in map-key order.
     fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
-        match self {
-            Slot::Value { bytes, prefix_len } => {
-                Box::new(std::iter::once((&[][..], &bytes[*prefix_len as usize..])))
-            }
-            Slot::Map(m) => Box::new(m.entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
+        match &self.body {
+            Body::Value(bytes) => Box::new(std::iter::once((&[][..], &bytes[self.prefix_len as usize..]))),
+            Body::Map(m) => Box::new(m.entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
         }
     }
 
@@ -162,56 +180,67 @@ impl Slot {
     }
 }
 
+const _: () = assert!(std::mem::size_of::<Option<Slot>>() == 32);
+
+impl Hashed for Slot {
+    fn hash(&self) -> u32 {
+        self.hash
+    }
+}
+
 /// The entries of one key group by prefix. ahash with a random seed: keys come from the
 /// data, so the hash must not be one an input can be crafted to collide.
 #[derive(Debug, Clone, Default)]
 struct Group {
-    table: HashTable<Slot>,
+    table: ProbeTable<Slot>,
     hasher: ahash::RandomState,
 }
 
 impl Group {
     fn find(&self, prefix: &[u8]) -> Option<&Slot> {
-        self.table.find(self.hasher.hash_one(prefix), |s| bytes_eq(s.prefix(), prefix))
+        self.find_bucket(prefix).and_then(|b| self.table.get(b))
     }
 
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
-        self.table.find_bucket_index(self.hasher.hash_one(prefix), |s| bytes_eq(s.prefix(), prefix))
+        self.find_hashed(self.hasher.hash_one(prefix), prefix)
+    }
+
+    fn find_hashed(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
+        self.table.find(hash, |s| bytes_eq(s.prefix(), prefix))
     }
 
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
     /// copied only for a new entry. Returns the slot's bucket.
     fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
-        let hash = self.hasher.hash_one(prefix);
-        match self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
-            Ok(mut entry) => {
-                entry.get_mut().change(map_key, change);
-                entry.bucket_index()
+        self.upsert_hashed(self.hasher.hash_one(prefix), prefix, map_key, change)
+    }
+
+    /// [`Self::upsert`] with the prefix's hash known.
+    fn upsert_hashed(&mut self, hash: u64, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
+        match self.find_hashed(hash, prefix) {
+            Some(bucket) => {
+                if let Some(slot) = self.table.get_mut(bucket) {
+                    slot.change(map_key, change);
+                }
+                bucket
             }
-            Err(_) => {
-                let hasher = &self.hasher;
-                self.table
-                    .insert_unique(hash, Slot::new(prefix, map_key, change), |s| hasher.hash_one(s.prefix()))
-                    .bucket_index()
-            }
+            None => self.table.insert_unique(Slot::new(hash, prefix, map_key, change)),
         }
     }
 
     fn remove(&mut self, prefix: &[u8], map_key: &[u8]) {
-        let hash = self.hasher.hash_one(prefix);
-        if let Ok(mut entry) = self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
-            if entry.get_mut().remove(map_key) {
-                entry.remove();
+        if let Some(bucket) = self.find_bucket(prefix) {
+            if self.table.get_mut(bucket).is_some_and(|slot| slot.remove(map_key)) {
+                self.table.remove(bucket);
             }
         }
     }
 
     /// Removes every entry under `prefix`.
     fn remove_prefix(&mut self, prefix: &[u8]) {
-        let hash = self.hasher.hash_one(prefix);
-        if let Ok(entry) = self.table.find_entry(hash, |s| bytes_eq(s.prefix(), prefix)) {
-            entry.remove();
+        if let Some(bucket) = self.find_bucket(prefix) {
+            self.table.remove(bucket);
         }
     }
 
@@ -228,6 +257,32 @@ impl Group {
             .into_iter()
             .flat_map(|slot| slot.entries().map(move |(mk, v)| (full_key(slot.prefix(), mk), v)))
             .collect()
+    }
+}
+
+impl Probed for Group {
+    fn hash(&self, prefix: &[u8]) -> u64 {
+        self.hasher.hash_one(prefix)
+    }
+
+    fn prefetch_start(&self, hash: u64) {
+        self.table.prefetch(hash);
+    }
+
+    fn find_by_hash(&self, hash: u64) -> Option<usize> {
+        let bucket = self.table.find(hash, |_| true)?;
+        if let Some(Slot { body: Body::Value(bytes), .. }) = self.table.get(bucket) {
+            prefetch_line(bytes.as_ptr());
+        }
+        Some(bucket)
+    }
+
+    fn holds(&self, bucket: usize, prefix: &[u8]) -> bool {
+        self.table.get(bucket).is_some_and(|s| bytes_eq(s.prefix(), prefix))
+    }
+
+    fn find(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
+        self.find_hashed(hash, prefix)
     }
 }
 
@@ -293,11 +348,14 @@ pub struct HeapStateBackend {
     /// Per key group of `range`.
     groups: Vec<GroupCell>,
     /// Where a looked-up key's prefix is encoded (no allocation per lookup).
-    scratch: std::cell::RefCell<Vec<u8>>,
+    scratch: RefCell<Vec<u8>>,
     /// The key group and bucket of the slot read or changed last: a hint, used only when that
     /// bucket holds the key's prefix, so that a set after a get of the same key (a
     /// read-modify-write) neither encodes the prefix nor hashes and probes again.
     last: Cell<Option<(u16, usize)>>,
+    /// Lookups announced ahead ([`KeyedStateBackend::prefetch`]), from this many entries.
+    ahead: RefCell<Lookahead>,
+    announce_from: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -316,7 +374,16 @@ impl HeapStateBackend {
             groups: (0..range.len()).map(|_| GroupCell::Owned(Group::default())).collect(),
             scratch: Default::default(),
             last: Cell::new(None),
+            ahead: Default::default(),
+            announce_from: LOOKAHEAD_MIN_ENTRIES,
         }
+    }
+
+    /// Takes announced lookups ([`KeyedStateBackend::prefetch`]) from `entries` entries on
+    /// (by default from 16,384, where the state outgrows a core's cache of 1-2 MB).
+    pub fn announce_from(mut self, entries: usize) -> Self {
+        self.announce_from = entries;
+        self
     }
 
     /// A backend for `range` holding the entries of `range` found in `handles` (heap or
@@ -362,41 +429,56 @@ impl HeapStateBackend {
         }
     }
 
-    /// Calls `f` with `key`'s value (its prefix encoded into the scratch buffer unless its
-    /// slot is the one used last).
+    /// Calls `f` with `key`'s value: in the slot used last when it is the key's, else where
+    /// its announcement found it, else looked up (its prefix encoded into the scratch
+    /// buffer).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
         let bucket = match last_bucket(self.last.get(), g, key) {
             Some(bucket) => Some(bucket),
             None => {
-                let mut prefix = self.scratch.borrow_mut();
-                prefix.clear();
-                key.encode_prefix_into(&mut prefix)?;
-                let found = g.find_bucket(prefix.as_slice());
+                let found = match self.ahead.borrow_mut().take(key, g) {
+                    Some(lookup) => lookup.bucket,
+                    None => {
+                        let mut prefix = self.scratch.borrow_mut();
+                        prefix.clear();
+                        key.encode_prefix_into(&mut prefix)?;
+                        g.find_bucket(prefix.as_slice())
+                    }
+                };
                 if let Some(bucket) = found {
                     self.last.set(Some((key.key_group, bucket)));
                 }
                 found
             }
         };
-        let slot = bucket.and_then(|b| g.table.get_bucket(b));
+        let slot = bucket.and_then(|b| g.table.get(b));
         Ok(f(slot.and_then(|slot| slot.get(key.map_key))))
     }
 
     /// Changes `key`'s value, creating it empty if absent: in the slot used last when it is
-    /// the key's, else found or made under the key's prefix (then the one used last).
+    /// the key's, else where its announcement found it, else found or made under the key's
+    /// prefix (then the one used last).
     fn change(&mut self, key: &StateKey<'_>, change: Change<'_>) -> Result<()> {
         check_key_group(self.range, key.key_group)?;
         let i = usize::from(key.key_group - self.range.start);
         // Checked after the copy on write: the hint is tested against the group written to.
         let group = self.groups[i].get_mut();
-        if let Some(bucket) = last_bucket(self.last.get(), group, key) {
-            if let Some(slot) = group.table.get_bucket_mut(bucket) {
+        let known = match last_bucket(self.last.get(), group, key) {
+            Some(bucket) => Some(Lookup { hash: 0, bucket: Some(bucket) }),
+            None => self.ahead.get_mut().take(key, group),
+        };
+        if let Some(bucket) = known.and_then(|k| k.bucket) {
+            if let Some(slot) = group.table.get_mut(bucket) {
                 slot.change(key.map_key, change);
+                self.last.set(Some((key.key_group, bucket)));
                 return Ok(());
             }
         }
-        let bucket = self.with_prefix_mut(key, |g, prefix, map_key| g.upsert(prefix, map_key, change))?;
+        let bucket = self.with_prefix_mut(key, |g, prefix, map_key| match known {
+            Some(Lookup { hash, bucket: None }) => g.upsert_hashed(hash, prefix, map_key, change),
+            _ => g.upsert(prefix, map_key, change),
+        })?;
         self.last.set(Some((key.key_group, bucket)));
         Ok(())
     }
@@ -457,7 +539,7 @@ impl HeapStateBackend {
 /// bucket used last).
 fn last_bucket(last: Option<(u16, usize)>, group: &Group, key: &StateKey<'_>) -> Option<usize> {
     let (_, bucket) = last.filter(|(kg, _)| *kg == key.key_group)?;
-    key.prefix_matches(group.table.get_bucket(bucket)?.prefix()).then_some(bucket)
+    key.prefix_matches(group.table.get(bucket)?.prefix()).then_some(bucket)
 }
 
 /// Calls `f` for every entry of `wanted` key groups in a heap snapshot.
@@ -506,6 +588,22 @@ impl KeyedStateBackend for HeapStateBackend {
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
         self.change(key, Change::Set(value))
+    }
+
+    fn prefetch(&mut self, key: &StateKey<'_>) {
+        let (range, groups) = (self.range, &self.groups);
+        let group_of = |kg: u16| range.contains(kg).then(|| groups[usize::from(kg - range.start)].get());
+        self.ahead.get_mut().announce(key, group_of);
+    }
+
+    /// Once the state outgrows the CPU's cache ([`Self::announce_from`]); below that a
+    /// lookup waits on no memory, and announcing it costs more than it saves. The entries
+    /// are estimated from up to 8 key groups (keys spread evenly over key groups).
+    fn prefetch_useful(&self) -> bool {
+        let step = (self.groups.len() / 8).max(1);
+        let (sampled, entries) =
+            self.groups.iter().step_by(step).fold((0, 0), |(n, e), g| (n + 1, e + g.get().table.len()));
+        sampled > 0 && entries * self.groups.len() >= self.announce_from * sampled
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
@@ -654,5 +752,41 @@ impl StateSnapshot for HeapSnapshot {
                 file: stored,
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::StateId;
+
+    /// A bucket found ahead is checked when the access comes: here its key was removed and
+    /// the bucket given to another key in between.
+    #[test]
+    fn an_announced_lookup_is_checked_at_the_access() {
+        let id = StateId::new("count").unwrap();
+        let keys: Vec<[u8; 4]> = (0..64u32).map(u32::to_be_bytes).collect();
+        let key = |k: usize| StateKey::new(0, &id, &keys[k]);
+        let mut b = HeapStateBackend::new(KeyGroupRange::new(0, 1)).announce_from(0);
+        b.put(&key(0), b"zero").unwrap();
+        let mut prefix = Vec::new();
+        key(0).encode_prefix_into(&mut prefix).unwrap();
+        let bucket = b.groups[0].get().find_bucket(&prefix).unwrap();
+        // Announced, then found by the announcements after it.
+        for k in 0..5 {
+            b.prefetch(&key(k));
+        }
+        b.delete(&key(0)).unwrap();
+        let mut next = 5;
+        while b.groups[0].get().table.get(bucket).is_none() {
+            b.put(&key(next), b"other").unwrap();
+            next += 1;
+        }
+        assert_eq!(b.get(&key(0)).unwrap(), None);
+        b.put(&key(0), b"again").unwrap();
+        assert_eq!(b.get(&key(0)).unwrap().as_deref(), Some(&b"again"[..]));
+        for k in 5..next {
+            assert_eq!(b.get(&key(k)).unwrap().as_deref(), Some(&b"other"[..]));
+        }
     }
 }

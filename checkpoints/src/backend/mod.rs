@@ -15,6 +15,8 @@
 pub mod cache;
 mod config;
 pub mod heap;
+mod lookahead;
+mod probe_table;
 pub mod rocksdb;
 
 use serde::{Deserialize, Serialize};
@@ -157,6 +159,20 @@ pub trait KeyedStateBackend: Send {
             }
             None => false,
         })
+    }
+
+    /// Says that `key` will be read or written soon. A backend that can starts finding it
+    /// now, so that the access finds it in the CPU's cache: the heap backend probes its
+    /// table a few announcements later and asks the CPU for the entry's memory meanwhile.
+    /// Announce in the order of the accesses; an announced key need not be accessed.
+    /// Changes nothing; the default does nothing.
+    fn prefetch(&mut self, _key: &StateKey<'_>) {}
+
+    /// Whether [`Self::prefetch`] does anything now (the heap backend's state has outgrown
+    /// the CPU's cache): a caller asks once per batch of records, and announces nothing when
+    /// it does not.
+    fn prefetch_useful(&self) -> bool {
+        false
     }
 
     /// Sets the value at `key`.

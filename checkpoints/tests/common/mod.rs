@@ -7,6 +7,8 @@ use caudal_checkpoints::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Heap,
+    /// The heap backend taking announced lookups at any size (by default only once large).
+    HeapAnnouncing,
     RocksDb,
     /// RocksDB behind a small write-back cache (64 entries, so it evicts often).
     CachedRocksDb,
@@ -38,6 +40,7 @@ pub fn open(kind: Kind, range: KeyGroupRange) -> TestBackend {
     let dir = tempfile::tempdir().unwrap();
     let backend: Box<dyn KeyedStateBackend> = match kind {
         Kind::Heap => Box::new(HeapStateBackend::new(range)),
+        Kind::HeapAnnouncing => Box::new(HeapStateBackend::new(range).announce_from(0)),
         Kind::RocksDb => {
             Box::new(RocksDbStateBackend::open(dir.path(), &op(), range, &small_rocksdb()).unwrap())
         }
@@ -58,6 +61,7 @@ pub fn restore(
     let dir = tempfile::tempdir().unwrap();
     let backend: Box<dyn KeyedStateBackend> = match kind {
         Kind::Heap => Box::new(HeapStateBackend::restore(range, handles, store)?),
+        Kind::HeapAnnouncing => Box::new(HeapStateBackend::restore(range, handles, store)?.announce_from(0)),
         Kind::RocksDb => Box::new(RocksDbStateBackend::restore(
             dir.path(),
             &op(),

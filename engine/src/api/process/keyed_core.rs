@@ -1,6 +1,8 @@
 //! What every keyed process operator shares: the current key's context for an element,
 //! timer firing, the TTL cleanup, and the state browser's decoding.
 
+use std::ops::Range;
+
 use super::broadcast::BroadcastState;
 use super::context::{KeyedContext, Output};
 use super::side_output::{SideRecords, Tagged};
@@ -11,7 +13,12 @@ use crate::operator::{OperatorContext, StateBrowse};
 use crate::runtime::processing_clock::now_ms;
 use crate::types::{Batch, Key, Timestamp};
 use crate::{Error, Result};
-use caudal_checkpoints::KeyedStateBackend;
+use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey};
+
+/// Elements ahead of the one processed whose state lookups are announced to the backend
+/// ([`KeyedStateBackend::prefetch`]): enough to cover a memory read with the work of the
+/// elements before it, few enough that what was read is still in the cache.
+const ANNOUNCE_AHEAD: usize = 8;
 
 /// Entries the TTL cleanup reads at a barrier, and every second.
 const CLEANUP_AT_BARRIER: usize = 4096;
@@ -29,7 +36,14 @@ pub(crate) struct KeyedCore {
     cleanup: TtlCleanup,
     next_cleanup: Timestamp,
     side: SideRecords,
+    /// The keys of the batch, encoded once: each element's key group and the end of its
+    /// key's bytes in `key_bytes`.
+    keys: Vec<(u16, usize)>,
     key_bytes: Vec<u8>,
+    /// The states whose lookups are announced for each element, and the elements handled
+    /// since they were chosen.
+    announced: Vec<StateId>,
+    elements: usize,
     /// The state handles' buffer (see [`KeyedContext`]).
     buffer: Vec<u8>,
 }
@@ -63,13 +77,101 @@ impl KeyedCore {
         out: &mut Batch<Tagged<O>>,
         call: impl FnOnce(&mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
     ) -> Result<()> {
-        let key_group = key_group_of(key, max_parallelism);
         self.key_bytes.clear();
         bincode::serde::encode_into_std_write(key, &mut self.key_bytes, bincode::config::standard())
             .map_err(key_codec_error)?;
+        let key_group = key_group_of(key, max_parallelism);
+        self.call(key_group, 0..self.key_bytes.len(), backend, key, ts, now, broadcast, out, call)
+    }
+
+    /// Starts a batch: whether to announce its elements' state lookups to `backend` (see
+    /// [`KeyedStateBackend::prefetch`]), which it finds useful now, for the states the
+    /// elements since the last batch used at least every other time. If so, the batch goes
+    /// through [`Self::encode_keys`], [`Self::announce_first`] and, per element,
+    /// [`Self::batch_element`]; else through [`Self::element`].
+    pub(crate) fn announcing(&mut self, backend: &dyn KeyedStateBackend) -> bool {
+        self.registry.announced(self.elements, &mut self.announced);
+        self.elements = 0;
+        !self.announced.is_empty() && backend.prefetch_useful()
+    }
+
+    /// Encodes the keys of the batch's elements.
+    pub(crate) fn encode_keys<'k, K: Key + 'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = &'k K>,
+        max_parallelism: u32,
+    ) -> Result<()> {
+        self.keys.clear();
+        self.key_bytes.clear();
+        keys.into_iter().try_for_each(|key| self.push_key(key, max_parallelism))
+    }
+
+    #[inline]
+    fn push_key<K: Key>(&mut self, key: &K, max_parallelism: u32) -> Result<()> {
+        bincode::serde::encode_into_std_write(key, &mut self.key_bytes, bincode::config::standard())
+            .map_err(key_codec_error)?;
+        self.keys.push((key_group_of(key, max_parallelism), self.key_bytes.len()));
+        Ok(())
+    }
+
+    /// Element `i`'s key group and where its encoded key is in `key_bytes`.
+    fn key_of(&self, i: usize) -> Option<(u16, Range<usize>)> {
+        let (key_group, end) = *self.keys.get(i)?;
+        let start = i.checked_sub(1).map_or(0, |p| self.keys[p].1);
+        Some((key_group, start..end))
+    }
+
+    /// Announces the state lookups of the batch's first elements.
+    pub(crate) fn announce_first(&self, backend: &mut dyn KeyedStateBackend) {
+        (0..ANNOUNCE_AHEAD).for_each(|i| self.announce(backend, i));
+    }
+
+    fn announce(&self, backend: &mut dyn KeyedStateBackend, i: usize) {
+        if let Some((key_group, key)) = self.key_of(i) {
+            for id in &self.announced {
+                backend.prefetch(&StateKey::new(key_group, id, &self.key_bytes[key.clone()]));
+            }
+        }
+    }
+
+    /// [`Self::element`] for the batch's element `i`, whose key is `key`; announces the
+    /// lookups of the element [`ANNOUNCE_AHEAD`] after it first.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn batch_element<K: Key, O>(
+        &mut self,
+        i: usize,
+        backend: &mut dyn KeyedStateBackend,
+        key: &K,
+        ts: Timestamp,
+        now: Now,
+        out: &mut Batch<Tagged<O>>,
+        call: impl FnOnce(&mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
+    ) -> Result<()> {
+        self.announce(backend, i + ANNOUNCE_AHEAD);
+        let (key_group, bytes) =
+            self.key_of(i).ok_or_else(|| Error::Operator(format!("no key for element {i}")))?;
+        self.call(key_group, bytes, backend, key, ts, now, None, out, call)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn call<K: Key, O>(
+        &mut self,
+        key_group: u16,
+        key_bytes: Range<usize>,
+        backend: &mut dyn KeyedStateBackend,
+        key: &K,
+        ts: Timestamp,
+        now: Now,
+        broadcast: Option<&BroadcastState>,
+        out: &mut Batch<Tagged<O>>,
+        call: impl FnOnce(&mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
+    ) -> Result<()> {
+        self.elements += 1;
         let mut kctx = KeyedContext {
             key,
-            key_bytes: &self.key_bytes,
+            key_bytes: &self.key_bytes[key_bytes],
             key_group,
             timestamp: ts,
             watermark: now.watermark,

@@ -19,12 +19,14 @@ pub(crate) struct KeyedProcessOperator<K, I, O, F> {
     f: F,
     key: Arc<dyn Fn(&I) -> K + Send + Sync>,
     core: KeyedCore,
+    /// The keys of the batch being processed.
+    keys: Vec<K>,
     _t: PhantomData<fn(I) -> O>,
 }
 
 impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> KeyedProcessOperator<K, I, O, F> {
     pub(crate) fn new(f: F, key: Arc<dyn Fn(&I) -> K + Send + Sync>) -> Self {
-        KeyedProcessOperator { f, key, core: KeyedCore::default(), _t: PhantomData }
+        KeyedProcessOperator { f, key, core: KeyedCore::default(), keys: Vec::new(), _t: PhantomData }
     }
 
     fn fire(
@@ -54,10 +56,23 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Operator
         let (now, max_parallelism) = (Now::of(ctx), ctx.max_parallelism);
         let mut guard = ctx.keyed_state()?;
         let backend: &mut dyn KeyedStateBackend = &mut *guard;
-        for r in batch {
-            let key = (self.key)(&r.value);
+        if !self.core.announcing(backend) {
+            for r in batch {
+                let key = (self.key)(&r.value);
+                let f = &mut self.f;
+                self.core.element(backend, &key, r.ts, now, max_parallelism, None, out, |kctx, output| {
+                    f.process_element(r.value, kctx, output)
+                })?;
+            }
+            return Ok(());
+        }
+        self.keys.clear();
+        self.keys.extend(batch.iter().map(|r| (self.key)(&r.value)));
+        self.core.encode_keys(&self.keys, max_parallelism)?;
+        self.core.announce_first(backend);
+        for (i, (r, key)) in batch.into_iter().zip(self.keys.drain(..)).enumerate() {
             let f = &mut self.f;
-            self.core.element(backend, &key, r.ts, now, max_parallelism, None, out, |kctx, output| {
+            self.core.batch_element(i, backend, &key, r.ts, now, out, |kctx, output| {
                 f.process_element(r.value, kctx, output)
             })?;
         }

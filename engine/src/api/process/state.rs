@@ -284,7 +284,10 @@ type ToJson = fn(&[u8], bool, Layout) -> Option<serde_json::Value>;
 #[derive(Debug)]
 struct Known {
     serial: u32,
+    id: StateId,
     name: String,
+    /// Handles made since the last [`StateRegistry::announced`].
+    uses: u32,
     ttl: Option<StateTtl>,
     layout: Layout,
     to_json: ToJson,
@@ -325,14 +328,17 @@ fn value_to_json<V: Serialize + DeserializeOwned>(
 
 impl StateRegistry {
     fn note<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor, layout: Layout) {
-        if self.states.iter().any(|s| s.serial == d.serial) {
+        if let Some(known) = self.states.iter_mut().find(|s| s.serial == d.serial) {
+            known.uses = known.uses.saturating_add(1);
             return;
         }
         let Ok(id) = &d.id else { return };
         self.with_ttl += usize::from(d.ttl.is_some());
         self.states.push(Known {
             serial: d.serial,
+            id: id.clone(),
             name: id.name().to_string(),
+            uses: 1,
             ttl: d.ttl,
             layout,
             to_json: value_to_json::<V>,
@@ -341,6 +347,19 @@ impl StateRegistry {
 
     fn find_ttl(&self, name: &str) -> Option<(TtlTime, Layout)> {
         self.states.iter().find(|s| s.name == name).and_then(|s| Some((s.ttl?.time, s.layout)))
+    }
+
+    /// The states to announce the lookups of for each element of the next batch
+    /// ([`KeyedStateBackend::prefetch`]): those used at least once per two of the `elements`
+    /// handled since the last call. Their counts start again.
+    pub(crate) fn announced(&mut self, elements: usize, out: &mut Vec<StateId>) {
+        out.clear();
+        for s in &mut self.states {
+            if elements > 0 && 2 * s.uses as usize >= elements {
+                out.push(s.id.clone());
+            }
+            s.uses = 0;
+        }
     }
 
     /// Whether any state used so far has a TTL.
