@@ -98,6 +98,7 @@ impl<'a> StateKey<'a> {
 
     /// Appends the encoding up to and including the namespace (the prefix shared by
     /// all map entries of this key and namespace).
+    #[inline]
     pub fn encode_prefix_into(&self, out: &mut Vec<u8>) -> Result<()> {
         let key_len = len_u16(self.key, self.state, "key")?;
         let namespace_len = len_u16(self.namespace, self.state, "namespace")?;
@@ -165,6 +166,7 @@ fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
 }
 
 /// The length of a key part, which is stored as a `u16`.
+#[inline]
 fn len_u16(bytes: &[u8], state: &StateId, what: &str) -> Result<u16> {
     u16::try_from(bytes.len()).map_err(|_| Error::Codec {
         state: state.name().to_string(),

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::lookahead::{Lookahead, Lookup, Probed};
+use super::prefix_hash::PrefixHasher;
 use super::probe_table::{prefetch_line, Hashed, ProbeTable};
 use super::{
     check_key_group, fetch_verified, frame_list_element, sha256_hex, BatchOp, EntryPage, EntrySink,
@@ -188,12 +189,12 @@ impl Hashed for Slot {
     }
 }
 
-/// The entries of one key group by prefix. ahash with a random seed: keys come from the
-/// data, so the hash must not be one an input can be crafted to collide.
+/// The entries of one key group by prefix. The hash has a random seed: keys come from the
+/// data, so it must not be one an input can be crafted to collide.
 #[derive(Debug, Clone, Default)]
 struct Group {
     table: ProbeTable<Slot>,
-    hasher: ahash::RandomState,
+    hasher: PrefixHasher,
 }
 
 impl Group {
@@ -203,7 +204,7 @@ impl Group {
 
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
-        self.find_hashed(self.hasher.hash_one(prefix), prefix)
+        self.find_hashed(self.hasher.hash(prefix), prefix)
     }
 
     fn find_hashed(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
@@ -213,7 +214,7 @@ impl Group {
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
     /// copied only for a new entry. Returns the slot's bucket.
     fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
-        self.upsert_hashed(self.hasher.hash_one(prefix), prefix, map_key, change)
+        self.upsert_hashed(self.hasher.hash(prefix), prefix, map_key, change)
     }
 
     /// [`Self::upsert`] with the prefix's hash known.
@@ -262,7 +263,7 @@ impl Group {
 
 impl Probed for Group {
     fn hash(&self, prefix: &[u8]) -> u64 {
-        self.hasher.hash_one(prefix)
+        self.hasher.hash(prefix)
     }
 
     fn prefetch_start(&self, hash: u64) {

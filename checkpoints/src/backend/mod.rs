@@ -16,6 +16,7 @@ pub mod cache;
 mod config;
 pub mod heap;
 mod lookahead;
+mod prefix_hash;
 mod probe_table;
 pub mod rocksdb;
 

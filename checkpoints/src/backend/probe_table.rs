@@ -8,7 +8,7 @@
 //! while earlier records are still being processed, and a second step can ask for what the
 //! found entry points to (see the heap backend's look-ahead).
 //!
-//! The table grows at 5/8 full (an ahash-quality hash keeps the probes short: about 1.8
+//! The table grows at 5/8 full (a well-mixed hash keeps the probes short: about 1.8
 //! buckets for a hit), and a removal shifts the following entries back instead of leaving
 //! a tombstone, so a probe never walks past deleted entries. Growing and removing move
 //! entries: a bucket index is valid only until the next insert or removal.
