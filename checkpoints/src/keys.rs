@@ -21,6 +21,14 @@ use crate::{Error, Result};
 pub struct StateId {
     /// `len u8 | name`.
     encoded: Arc<[u8]>,
+    /// [`name_digest`] of the name: what the heap backend's hash takes for the state.
+    digest: u64,
+}
+
+/// A stable 64-bit digest of a state's name (the heap backend hashes a state by it; from an
+/// encoded key's name as from a [`StateId`]).
+pub(crate) fn name_digest(name: &[u8]) -> u64 {
+    crate::keygroup::stable_hash(name)
 }
 
 impl StateId {
@@ -33,7 +41,7 @@ impl StateId {
         let mut encoded = Vec::with_capacity(name.len() + 1);
         encoded.push(len);
         encoded.extend_from_slice(name.as_bytes());
-        Ok(StateId { encoded: encoded.into() })
+        Ok(StateId { encoded: encoded.into(), digest: name_digest(name.as_bytes()) })
     }
 
     /// The state's name.
@@ -44,6 +52,10 @@ impl StateId {
 
     pub(crate) fn encoded(&self) -> &[u8] {
         &self.encoded
+    }
+
+    pub(crate) fn digest(&self) -> u64 {
+        self.digest
     }
 }
 

@@ -204,7 +204,13 @@ impl Group {
 
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
-        self.find_hashed(self.hasher.hash(prefix), prefix)
+        self.find_hashed(self.hasher.hash_encoded(prefix), prefix)
+    }
+
+    /// The bucket of the slot under `key`'s prefix (compared part by part: nothing encoded).
+    #[inline]
+    fn find_key(&self, key: &StateKey<'_>) -> Option<usize> {
+        self.table.find(self.hasher.hash_key(key), |s| key.prefix_matches(s.prefix()))
     }
 
     fn find_hashed(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
@@ -214,7 +220,7 @@ impl Group {
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
     /// copied only for a new entry. Returns the slot's bucket.
     fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
-        self.upsert_hashed(self.hasher.hash(prefix), prefix, map_key, change)
+        self.upsert_hashed(self.hasher.hash_encoded(prefix), prefix, map_key, change)
     }
 
     /// [`Self::upsert`] with the prefix's hash known.
@@ -262,8 +268,8 @@ impl Group {
 }
 
 impl Probed for Group {
-    fn hash(&self, prefix: &[u8]) -> u64 {
-        self.hasher.hash(prefix)
+    fn hash(&self, key: &StateKey<'_>) -> u64 {
+        self.hasher.hash_key(key)
     }
 
     fn prefetch_start(&self, hash: u64) {
@@ -348,8 +354,8 @@ pub struct HeapStateBackend {
     range: KeyGroupRange,
     /// Per key group of `range`.
     groups: Vec<GroupCell>,
-    /// Where a looked-up key's prefix is encoded (no allocation per lookup).
-    scratch: RefCell<Vec<u8>>,
+    /// Where a changed key's prefix is encoded (no allocation per change).
+    scratch: Vec<u8>,
     /// The key group and bucket of the slot read or changed last: a hint, used only when that
     /// bucket holds the key's prefix, so that a set after a get of the same key (a
     /// read-modify-write) neither encodes the prefix nor hashes and probes again.
@@ -431,8 +437,7 @@ impl HeapStateBackend {
     }
 
     /// Calls `f` with `key`'s value: in the slot used last when it is the key's, else where
-    /// its announcement found it, else looked up (its prefix encoded into the scratch
-    /// buffer).
+    /// its announcement found it, else looked up by its parts (nothing encoded).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
         let bucket = match last_bucket(self.last.get(), g, key) {
@@ -440,12 +445,7 @@ impl HeapStateBackend {
             None => {
                 let found = match self.ahead.borrow_mut().take(key, g) {
                     Some(lookup) => lookup.bucket,
-                    None => {
-                        let mut prefix = self.scratch.borrow_mut();
-                        prefix.clear();
-                        key.encode_prefix_into(&mut prefix)?;
-                        g.find_bucket(prefix.as_slice())
-                    }
+                    None => g.find_key(key),
                 };
                 if let Some(bucket) = found {
                     self.last.set(Some((key.key_group, bucket)));
@@ -476,9 +476,12 @@ impl HeapStateBackend {
                 return Ok(());
             }
         }
-        let bucket = self.with_prefix_mut(key, |g, prefix, map_key| match known {
-            Some(Lookup { hash, bucket: None }) => g.upsert_hashed(hash, prefix, map_key, change),
-            _ => g.upsert(prefix, map_key, change),
+        let bucket = self.with_prefix_mut(key, |g, prefix, map_key| {
+            let hash = match known {
+                Some(Lookup { hash, bucket: None }) => hash,
+                _ => g.hasher.hash_key(key),
+            };
+            g.upsert_hashed(hash, prefix, map_key, change)
         })?;
         self.last.set(Some((key.key_group, bucket)));
         Ok(())
@@ -527,11 +530,11 @@ impl HeapStateBackend {
         key: &StateKey<'_>,
         f: impl FnOnce(&mut Group, &[u8], &[u8]) -> T,
     ) -> Result<T> {
-        let mut prefix = std::mem::take(self.scratch.get_mut());
+        let mut prefix = std::mem::take(&mut self.scratch);
         prefix.clear();
         let encoded = key.encode_prefix_into(&mut prefix);
         let out = encoded.and_then(|()| self.group_mut(key.key_group)).map(|g| f(g, &prefix, key.map_key));
-        *self.scratch.get_mut() = prefix;
+        self.scratch = prefix;
         out
     }
 }

@@ -31,8 +31,8 @@ const SCAN: usize = 4;
 
 /// A hash table the look-ahead can work on.
 pub(super) trait Probed {
-    /// The hash of `prefix`.
-    fn hash(&self, prefix: &[u8]) -> u64;
+    /// The hash of `key`'s prefix.
+    fn hash(&self, key: &StateKey<'_>) -> u64;
     /// Asks for the memory where `hash`'s probe starts.
     fn prefetch_start(&self, hash: u64);
     /// The first bucket holding `hash`, without comparing keys (which would wait for the
@@ -96,7 +96,7 @@ impl Lookahead {
             self.spare.push(prefix);
             return;
         }
-        let hash = group.hash(&prefix);
+        let hash = group.hash(key);
         group.prefetch_start(hash);
         if self.ring.len() == CAPACITY {
             self.drop_oldest();
@@ -172,8 +172,8 @@ mod tests {
     }
 
     impl Probed for Fake {
-        fn hash(&self, prefix: &[u8]) -> u64 {
-            Self::bucket_of(prefix) as u64
+        fn hash(&self, key: &StateKey<'_>) -> u64 {
+            Self::bucket_of(&prefix(key)) as u64
         }
         fn prefetch_start(&self, _: u64) {
             self.calls.borrow_mut().push("prefetch");
@@ -219,7 +219,7 @@ mod tests {
         let found = ahead.take(&key(0), &table).unwrap();
         assert_eq!(
             found,
-            Lookup { hash: table.hash(&prefix(&key(0))), bucket: Some(Fake::bucket_of(&prefix(&key(0)))) }
+            Lookup { hash: table.hash(&key(0)), bucket: Some(Fake::bucket_of(&prefix(&key(0)))) }
         );
         assert_eq!(table.calls.take(), ["holds"]);
         // A key not announced: nothing known, nothing dropped.

@@ -1,14 +1,23 @@
-//! The heap backend's hash of an entry's prefix: seeded at random, and short for short
-//! prefixes.
+//! The heap backend's hash of an entry's prefix (key group, state, key, namespace): seeded
+//! at random, computed from the parts, short for short keys.
 //!
-//! A prefix (key group, state, key, namespace) is 15-20 bytes for most jobs' states, and a
-//! keyed record hashes one or two. ahash's portable path (no AES on the default target)
-//! spends three dependent multiplies on such a slice — the length, the bytes, the finish —
-//! and 8 % of the count pipeline's keyed thread. Here a prefix of up to 16 bytes is two
-//! word loads and two folded multiplies with the seeds, up to 32 bytes three; longer ones
-//! go to ahash. The seeds are random per table, as ahash's are: keys come from the data, so an
-//! input must not be able to aim at one bucket (the multiply of seed-mixed words is the
-//! construction of foldhash's and ahash's fallback hashes).
+//! From the parts, not from the encoded prefix: a lookup would encode the prefix into a
+//! buffer piece by piece and read it back at once as words, and a load spanning several
+//! recent small stores waits for them to reach the cache (the stall was most of the hash's
+//! time, 7 % of the count pipeline's keyed thread). The key's bytes were written when the
+//! record came in, the state's name is hashed once into its [`StateId`]'s digest, and an
+//! entry restored from encoded bytes is hashed from its decoded parts, the same way.
+//!
+//! A key of up to 16 bytes is two word loads and two folded multiplies with the seeds, up
+//! to 32 bytes three; longer ones go to ahash (ahash's portable path, the one without AES,
+//! spends three dependent multiplies and a call on any slice). The seeds are random per
+//! table, as ahash's are: keys come from the data, so an input must not be able to aim at
+//! one bucket (the multiply of seed-mixed words is the construction of foldhash's and
+//! ahash's fallback hashes).
+//!
+//! [`StateId`]: crate::keys::StateId
+
+use crate::keys::{decode_key, name_digest, StateKey};
 
 /// A random seed and the hash it gives.
 #[derive(Debug, Clone)]
@@ -48,9 +57,37 @@ fn half_word(bytes: &[u8], at: usize) -> u64 {
 }
 
 impl PrefixHasher {
+    /// The hash of `key`'s prefix.
+    #[inline]
+    pub(super) fn hash_key(&self, key: &StateKey<'_>) -> u64 {
+        self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace)
+    }
+
+    /// The hash of an encoded prefix: the same as [`Self::hash_key`]'s for the key it
+    /// encodes (bytes that encode no key are hashed whole).
+    pub(super) fn hash_encoded(&self, prefix: &[u8]) -> u64 {
+        match decode_key(prefix) {
+            Some(k) if k.map_key.is_empty() => {
+                self.hash_parts(k.key_group, name_digest(k.state.as_bytes()), k.key, k.namespace)
+            }
+            _ => self.long.hash_one(prefix),
+        }
+    }
+
+    #[inline]
+    fn hash_parts(&self, key_group: u16, state: u64, key: &[u8], namespace: &[u8]) -> u64 {
+        // The key's hash is well mixed: the state's digest and the key group only move it.
+        let mut h = self.hash_bytes(key) ^ state ^ (u64::from(key_group) << 48);
+        if !namespace.is_empty() {
+            let [_, _, s2, s3] = self.seeds;
+            h = folded_multiply(h ^ s2, self.hash_bytes(namespace) ^ s3);
+        }
+        h
+    }
+
     /// The hash of `bytes`.
     #[inline]
-    pub(super) fn hash(&self, bytes: &[u8]) -> u64 {
+    fn hash_bytes(&self, bytes: &[u8]) -> u64 {
         let [s0, s1, s2, s3] = self.seeds;
         let len = bytes.len();
         let (lo, hi) = match len {
@@ -88,45 +125,99 @@ mod tests {
         let h = PrefixHasher::default();
         for len in 0..=40usize {
             let base: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(31)).collect();
-            assert_eq!(h.hash(&base), h.hash(&base.clone()));
-            let mut seen = HashSet::from([h.hash(&base)]);
+            assert_eq!(h.hash_bytes(&base), h.hash_bytes(&base.clone()));
+            let mut seen = HashSet::from([h.hash_bytes(&base)]);
             for at in 0..len {
                 for flip in [1u8, 0x80] {
                     let mut other = base.clone();
                     other[at] ^= flip;
-                    assert!(seen.insert(h.hash(&other)), "length {len}, byte {at} ^ {flip:#x} collides");
+                    assert!(
+                        seen.insert(h.hash_bytes(&other)),
+                        "length {len}, byte {at} ^ {flip:#x} collides"
+                    );
                 }
             }
             let mut longer = base.clone();
             longer.push(0);
-            assert_ne!(h.hash(&base), h.hash(&longer), "length {len} and a zero byte more");
+            assert_ne!(h.hash_bytes(&base), h.hash_bytes(&longer), "length {len} and a zero byte more");
         }
     }
 
-    /// The low bits that place an entry spread 10,000 small keys' prefixes (the count
-    /// pipeline's: key group, state, a 4-byte key) over 16,384 buckets at least as evenly as
-    /// chance — whether the keys differ in their low bytes or only in their high ones, and
-    /// for every seed tried (a hash with one multiply passed for some seeds only).
+    /// A key hashes the same from its parts as from its encoded prefix, whatever its
+    /// state, key and namespace; bytes that encode no key are hashed too.
+    #[test]
+    fn parts_and_encoded_prefix_hash_alike() {
+        use crate::keys::StateId;
+        let h = PrefixHasher::default();
+        let states = [StateId::new("count").unwrap(), StateId::new("a-longer-state-name").unwrap()];
+        for state in &states {
+            for len in [0usize, 1, 3, 4, 7, 8, 9, 16, 17, 31, 32, 33, 100] {
+                let key: Vec<u8> = (0..len as u8).collect();
+                for namespace in [&b""[..], b"w", b"window-0000000000001"] {
+                    let k = StateKey { key_group: 77, state, key: &key, namespace, map_key: &[] };
+                    let mut prefix = Vec::new();
+                    k.encode_prefix_into(&mut prefix).unwrap();
+                    assert_eq!(
+                        h.hash_key(&k),
+                        h.hash_encoded(&prefix),
+                        "{state} key of {len} bytes, namespace {namespace:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(h.hash_encoded(&[1, 2]), h.hash_encoded(&[1, 2]));
+    }
+
+    /// Keys that differ only in their state, key group or namespace hash apart.
+    #[test]
+    fn state_key_group_and_namespace_take_part() {
+        use crate::keys::StateId;
+        let h = PrefixHasher::default();
+        let (a, b) = (StateId::new("a").unwrap(), StateId::new("b").unwrap());
+        let key = 42u32.to_le_bytes();
+        let at = |kg, state, namespace| {
+            h.hash_key(&StateKey { key_group: kg, state, key: &key, namespace, map_key: &[] })
+        };
+        let all = [at(0, &a, b""), at(1, &a, b""), at(0, &b, b""), at(0, &a, b"1"), at(0, &a, b"2")];
+        assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len(), "{all:?}");
+    }
+
+    /// The low bits that place an entry spread 10,000 small keys (4 bytes, counting in their
+    /// low bytes or only in their high ones, or 1-3 bytes of varint) over 16,384 buckets at
+    /// least as evenly as chance, for every seed tried (a hash of one multiply passed for
+    /// some seeds only).
     #[test]
     fn the_low_bits_spread_small_keys_for_every_seed() {
+        use crate::keys::StateId;
+        let state = StateId::new("count").unwrap();
+        let varint = |mut n: u32| {
+            let mut out = Vec::new();
+            while n >= 0x80 {
+                out.push(n as u8 | 0x80);
+                n >>= 7;
+            }
+            out.push(n as u8);
+            out
+        };
+        let encodings: [(&str, &dyn Fn(u32) -> Vec<u8>); 3] = [
+            ("4 bytes", &|k: u32| k.to_le_bytes().to_vec()),
+            ("4 bytes << 16", &|k: u32| (k << 16).to_le_bytes().to_vec()),
+            ("varint", &varint),
+        ];
         for _ in 0..40 {
             let h = PrefixHasher::default();
-            for shift in [0, 16] {
+            for (name, encode) in &encodings {
                 let mut per_bucket = vec![0u32; 1 << 14];
                 for key in 0u32..10_000 {
-                    let mut prefix = vec![0, 7, 5, b'c', b'o', b'u', b'n', b't', 0, 4];
-                    prefix.extend_from_slice(&(key << shift).to_le_bytes());
-                    prefix.extend_from_slice(&[0, 0]);
-                    per_bucket[(h.hash(&prefix) as usize) & ((1 << 14) - 1)] += 1;
+                    let bytes = encode(key);
+                    let hash = h.hash_key(&StateKey::new(5, &state, &bytes));
+                    per_bucket[(hash as usize) & ((1 << 14) - 1)] += 1;
                 }
                 // Chance leaves about 16,384 × e^(-10,000/16,384) ≈ 8,900 buckets empty
                 // (give or take 70); keys bunched in fewer buckets would leave more.
                 let empty = per_bucket.iter().filter(|&&n| n == 0).count();
-                assert!(empty < 9_300, "keys << {shift}: {empty} empty buckets");
-                assert!(
-                    per_bucket.iter().all(|&n| n <= 9),
-                    "keys << {shift}: a bucket with more than 9 keys"
-                );
+                assert!(empty < 9_300, "{name}: {empty} empty buckets");
+                assert!(per_bucket.iter().all(|&n| n <= 9), "{name}: a bucket with more than 9 keys");
             }
         }
     }
