@@ -190,7 +190,7 @@ mod tests {
     fn the_low_bits_spread_small_keys_for_every_seed() {
         use crate::keys::StateId;
         let state = StateId::new("count").unwrap();
-        let varint = |mut n: u32| {
+        fn varint(mut n: u32) -> Vec<u8> {
             let mut out = Vec::new();
             while n >= 0x80 {
                 out.push(n as u8 | 0x80);
@@ -198,11 +198,12 @@ mod tests {
             }
             out.push(n as u8);
             out
-        };
-        let encodings: [(&str, &dyn Fn(u32) -> Vec<u8>); 3] = [
-            ("4 bytes", &|k: u32| k.to_le_bytes().to_vec()),
-            ("4 bytes << 16", &|k: u32| (k << 16).to_le_bytes().to_vec()),
-            ("varint", &varint),
+        }
+        type Encoding = (&'static str, fn(u32) -> Vec<u8>);
+        let encodings: [Encoding; 3] = [
+            ("4 bytes", |k| k.to_le_bytes().to_vec()),
+            ("4 bytes << 16", |k| (k << 16).to_le_bytes().to_vec()),
+            ("varint", varint),
         ];
         for _ in 0..40 {
             let h = PrefixHasher::default();
