@@ -198,10 +198,6 @@ struct Group {
 }
 
 impl Group {
-    fn find(&self, prefix: &[u8]) -> Option<&Slot> {
-        self.find_bucket(prefix).and_then(|b| self.table.get(b))
-    }
-
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
         self.find_hashed(self.hasher.hash_encoded(prefix), prefix)
@@ -236,18 +232,12 @@ impl Group {
         }
     }
 
-    fn remove(&mut self, prefix: &[u8], map_key: &[u8]) {
-        if let Some(bucket) = self.find_bucket(prefix) {
+    /// Removes the entry at `map_key` in `bucket`'s slot, and the slot once it is empty.
+    fn remove_at(&mut self, bucket: Option<usize>, map_key: &[u8]) {
+        if let Some(bucket) = bucket {
             if self.table.get_mut(bucket).is_some_and(|slot| slot.remove(map_key)) {
                 self.table.remove(bucket);
             }
-        }
-    }
-
-    /// Removes every entry under `prefix`.
-    fn remove_prefix(&mut self, prefix: &[u8]) {
-        if let Some(bucket) = self.find_bucket(prefix) {
-            self.table.remove(bucket);
         }
     }
 
@@ -513,7 +503,7 @@ impl HeapStateBackend {
             }
             BatchOp::Delete(k) => {
                 let (prefix, map_key) = split_encoded(&k);
-                g.remove(prefix, map_key);
+                g.remove_at(g.find_bucket(prefix), map_key);
             }
             BatchOp::Append(k, framed) => {
                 let (prefix, map_key) = split_encoded(&k);
@@ -611,7 +601,9 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn delete(&mut self, key: &StateKey<'_>) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, map_key| g.remove(prefix, map_key))
+        let g = self.group_mut(key.key_group)?;
+        g.remove_at(g.find_key(key), key.map_key);
+        Ok(())
     }
 
     fn append(&mut self, key: &StateKey<'_>, element: &[u8]) -> Result<()> {
@@ -635,7 +627,7 @@ impl KeyedStateBackend for HeapStateBackend {
         let g = self.group(key.key_group)?;
         let mut prefix = Vec::new();
         key.encode_prefix_into(&mut prefix)?;
-        Ok(match g.find(&prefix) {
+        Ok(match g.find_key(key).and_then(|b| g.table.get(b)) {
             Some(slot) => slot
                 .entries()
                 .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.to_vec() })
@@ -645,7 +637,11 @@ impl KeyedStateBackend for HeapStateBackend {
     }
 
     fn delete_map(&mut self, key: &StateKey<'_>) -> Result<()> {
-        self.with_prefix_mut(key, |g, prefix, _| g.remove_prefix(prefix))
+        let g = self.group_mut(key.key_group)?;
+        if let Some(bucket) = g.find_key(key) {
+            g.table.remove(bucket);
+        }
+        Ok(())
     }
 
     /// A page costs a pass over the key group's prefixes (the state browser's and a
