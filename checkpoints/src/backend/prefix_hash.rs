@@ -107,8 +107,8 @@ impl PrefixHasher {
             _ => return self.long.hash_one(bytes),
         };
         // One multiply leaves the low bits (which place the entry) a near-linear function of
-        // the words' high bits when the other word is the same for every key (the key
-        // group's and state's bytes); the second spreads every bit over them.
+        // one word's high bits when the other word is the same for every key (keys that
+        // share their first bytes); the second spreads every bit over them.
         folded_multiply(folded_multiply(lo ^ s0, hi ^ s1) ^ s2, s3 ^ len as u64)
     }
 }
@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    /// Prefixes that differ in one byte, or only in length (a zero byte more), hash apart,
+    /// Byte strings that differ in one byte, or only in length (a zero byte more), hash apart,
     /// at every length the short paths take; and the hash is the same for the same bytes.
     #[test]
     fn one_byte_or_one_length_apart_hashes_apart() {
