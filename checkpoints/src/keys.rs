@@ -126,27 +126,27 @@ impl<'a> StateKey<'a> {
     }
 
     /// Whether `prefix` is this key's encoded prefix ([`Self::encode_prefix_into`]'s
-    /// bytes), compared part by part without encoding it.
+    /// bytes), compared part by part without encoding it. The total length is checked
+    /// first: it fixes where every part starts, so no part is looked for.
+    #[inline]
     pub fn prefix_matches(&self, prefix: &[u8]) -> bool {
-        let Some(rest) = strip_part(prefix, &self.key_group.to_be_bytes()) else { return false };
-        let Some(rest) = strip_part(rest, self.state.encoded()) else { return false };
-        let Some(rest) = strip_len_prefixed(rest, self.key) else { return false };
-        strip_len_prefixed(rest, self.namespace).is_some_and(<[u8]>::is_empty)
+        let state = self.state.encoded();
+        let (key_at, namespace_at) = (2 + state.len() + 2, 2 + state.len() + 2 + self.key.len() + 2);
+        if prefix.len() != namespace_at + self.namespace.len() {
+            return false;
+        }
+        let (Ok(key_len), Ok(namespace_len)) =
+            (u16::try_from(self.key.len()), u16::try_from(self.namespace.len()))
+        else {
+            return false;
+        };
+        prefix[..2] == self.key_group.to_be_bytes()
+            && bytes_eq(&prefix[2..key_at - 2], state)
+            && prefix[key_at - 2..key_at] == key_len.to_be_bytes()
+            && bytes_eq(&prefix[key_at..namespace_at - 2], self.key)
+            && prefix[namespace_at - 2..namespace_at] == namespace_len.to_be_bytes()
+            && bytes_eq(&prefix[namespace_at..], self.namespace)
     }
-}
-
-/// `bytes` after `part` (its `u16` length, then its bytes), when they start with it.
-fn strip_len_prefixed<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
-    let (len, rest) = bytes.split_first_chunk::<2>()?;
-    (usize::from(u16::from_be_bytes(*len)) == part.len()).then_some(())?;
-    strip_part(rest, part)
-}
-
-/// `bytes` after `part`, when they start with it.
-#[inline]
-fn strip_part<'b>(bytes: &'b [u8], part: &[u8]) -> Option<&'b [u8]> {
-    let (head, rest) = bytes.split_at_checked(part.len())?;
-    bytes_eq(head, part).then_some(rest)
 }
 
 /// `a == b`, without a call to `memcmp` for slices of up to 32 bytes — the size of most
@@ -166,6 +166,33 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
         8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
         17..=32 => word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16),
         _ => a == b,
+    }
+}
+
+/// `dst.copy_from_slice(src)`, without a call to `memcpy` for up to 16 bytes (a small
+/// value overwritten in place, see [`bytes_eq`]).
+#[inline]
+pub(crate) fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if dst.len() != n {
+        return dst.copy_from_slice(src);
+    }
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&word::<4>(src, 0));
+            dst[n - 4..].copy_from_slice(&word::<4>(src, n - 4));
+        }
+        8..=16 => {
+            dst[..8].copy_from_slice(&word::<8>(src, 0));
+            dst[n - 8..].copy_from_slice(&word::<8>(src, n - 8));
+        }
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -353,6 +380,14 @@ mod tests {
             }
             proptest::prop_assert_eq!(bytes_eq(&a, &b), a == b);
             proptest::prop_assert!(bytes_eq(&a, &a));
+        }
+
+        /// `copy_small` is `copy_from_slice` at every length, above all its load edges.
+        #[test]
+        fn copy_small_copies_every_byte(src in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let mut dst = vec![0xAA; src.len()];
+            copy_small(&mut dst, &src);
+            proptest::prop_assert_eq!(dst, src);
         }
     }
 

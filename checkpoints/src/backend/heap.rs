@@ -30,7 +30,7 @@ use super::{
 };
 use crate::ids::CheckpointId;
 use crate::keygroup::KeyGroupRange;
-use crate::keys::{bytes_eq, key_group_of_encoded, prefix_len, StateKey};
+use crate::keys::{bytes_eq, copy_small, key_group_of_encoded, prefix_len, StateKey};
 use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
 
@@ -58,8 +58,11 @@ impl Change<'_> {
     /// Applies the change to the bytes from `start` on (the value's, after its prefix).
     fn apply(self, bytes: &mut Vec<u8>, start: usize) {
         match self {
+            // In place when the length is unchanged; the capacity is kept otherwise.
+            Change::Set(v) if bytes.len().checked_sub(start) == Some(v.len()) => {
+                copy_small(&mut bytes[start..], v)
+            }
             Change::Set(v) => {
-                // In place when the length is unchanged; the capacity is kept otherwise.
                 bytes.truncate(start);
                 bytes.extend_from_slice(v);
             }

@@ -134,6 +134,7 @@ impl Descriptor {
         Descriptor { id, ttl: None, serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed) }
     }
 
+    #[inline]
     fn id(&self) -> Result<&StateId> {
         self.id.as_ref().map_err(|e| Error::Graph(e.clone()))
     }
@@ -327,11 +328,17 @@ fn value_to_json<V: Serialize + DeserializeOwned>(
 }
 
 impl StateRegistry {
+    #[inline]
     fn note<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor, layout: Layout) {
         if let Some(known) = self.states.iter_mut().find(|s| s.serial == d.serial) {
             known.uses = known.uses.saturating_add(1);
             return;
         }
+        self.note_new::<V>(d, layout);
+    }
+
+    #[inline(never)]
+    fn note_new<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor, layout: Layout) {
         let Ok(id) = &d.id else { return };
         self.with_ttl += usize::from(d.ttl.is_some());
         self.states.push(Known {
