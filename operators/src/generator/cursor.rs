@@ -1,22 +1,24 @@
 //! A split's walk through its readings: round and slot kept as counters, so a reading costs
-//! no division, and the split's sensors' positions computed once instead of per reading.
-//! It yields exactly what [`SensorGenerator::emitted`] gives for each sequence number.
+//! no division, the split's sensors' sites worked out once instead of per reading, and a
+//! round's share of the model once per round. It yields exactly what
+//! [`SensorGenerator::emitted`] gives for each sequence number.
 
-use super::model::{position, reading_at};
+use super::model::{reading_at, Round, Site};
 use super::{SensorGenerator, SensorReading};
 
-/// Positions kept per split, at most (16 bytes each: 16 MiB); sensors past them have theirs
-/// computed per reading.
-const MAX_KEPT_POSITIONS: u64 = 1 << 20;
+/// Sites kept per split, at most (32 bytes each: 32 MiB); sensors past them have theirs
+/// worked out per reading.
+const MAX_KEPT_SITES: u64 = 1 << 20;
 
 /// Where a split is: the round and slot (the sensor's place in a round) of its next reading.
 pub(crate) struct SplitCursor {
     split: u64,
     sensors: u64,
-    round: u64,
+    /// The current round, worked out.
+    round: Round,
     slot: u64,
-    /// The positions of the split's first sensors, by slot.
-    positions: Vec<(f64, f64)>,
+    /// The sites of the split's first sensors, by slot.
+    sites: Vec<Site>,
 }
 
 impl SplitCursor {
@@ -25,10 +27,17 @@ impl SplitCursor {
         let sensors = generator.split_sensors(k);
         let split = u64::from(k);
         let seed = generator.config.seed;
-        let positions = (0..sensors.min(MAX_KEPT_POSITIONS))
-            .map(|slot| position(seed, generator.sensor_of(split, slot)))
+        let sites = (0..sensors.min(MAX_KEPT_SITES))
+            .map(|slot| Site::of(seed, generator.sensor_of(split, slot)))
             .collect();
-        SplitCursor { split, sensors, round: next / sensors, slot: next % sensors, positions }
+        let round = next / sensors;
+        SplitCursor {
+            split,
+            sensors,
+            round: Round::of(round, generator.round_ts(round)),
+            slot: next % sensors,
+            sites,
+        }
     }
 
     /// The split's sensors: readings in a round.
@@ -46,16 +55,16 @@ impl SplitCursor {
     pub(crate) fn next(&mut self, generator: &SensorGenerator) -> Option<SensorReading> {
         let sensor = generator.sensor_of(self.split, self.slot);
         let seed = generator.config.seed;
-        let position = match self.positions.get(self.slot as usize) {
-            Some(&p) => p,
-            None => position(seed, sensor),
+        let faulty_fraction = generator.config.faulty_fraction;
+        let r = match self.sites.get(self.slot as usize) {
+            Some(site) => reading_at(seed, sensor, site, &self.round, faulty_fraction),
+            None => reading_at(seed, sensor, &Site::of(seed, sensor), &self.round, faulty_fraction),
         };
-        let ts = generator.round_ts(self.round);
-        let r = reading_at(seed, sensor, position, self.round, ts, generator.config.faulty_fraction);
         self.slot += 1;
         if self.slot == self.sensors {
             self.slot = 0;
-            self.round += 1;
+            let round = self.round.number() + 1;
+            self.round = Round::of(round, generator.round_ts(round));
         }
         (!generator.silenced(&r)).then_some(r)
     }

@@ -39,15 +39,27 @@ final class SensorModel implements java.io.Serializable {
     }
 
     static double unit(long seed, long a, long b, long salt) {
-        long h = mix(seed ^ mix(a ^ mix(b ^ mix(salt))));
+        return unitKeyed(seed, a, mix(b ^ mix(salt)));
+    }
+
+    /** {@link #unit} with its innermost mix (of b and the salt) done: what a round shares. */
+    static double unitKeyed(long seed, long a, long bKey) {
+        long h = mix(seed ^ mix(a ^ bKey));
         return (double) (h >>> 11) / (double) (1L << 53);
     }
 
     /** The true temperature in °C at lat/lon at UTC time ts (ms), without noise. */
     static double climateC(double lat, double lon, long ts) {
-        double utcHours = Math.floorMod(ts, 86_400_000L) / 3_600_000.0;
-        double local = hoursOfDay(utcHours + lon / 15.0);
-        double base = 28.0 - 0.45 * Math.abs(lat);
+        return climateAt(28.0 - 0.45 * Math.abs(lat), lon / 15.0, utcHours(ts));
+    }
+
+    static double utcHours(long ts) {
+        return Math.floorMod(ts, 86_400_000L) / 3_600_000.0;
+    }
+
+    /** {@link #climateC} from the sensor's base and offset (lon / 15) and the UTC hours. */
+    static double climateAt(double base, double lonHours, double utcHours) {
+        double local = hoursOfDay(utcHours + lonHours);
         double diurnal = 6.0 * Math.cos(2.0 * Math.PI * (local - 15.0) / 24.0);
         return base + diurnal;
     }
@@ -82,17 +94,41 @@ final class SensorModel implements java.io.Serializable {
 
     /** {@link #reading} of a sensor whose position is known. */
     SensorReading readingAt(long sensor, double lat, double lon, long round, long ts) {
-        boolean faulty = faultyFraction > 0.0 && unit(seed, sensor, round, 3) < faultyFraction;
+        return readingAt(sensor, lat, lon, 28.0 - 0.45 * Math.abs(lat), lon / 15.0, new Round(round, ts));
+    }
+
+    /** A round's share of the model, worked out once per round (as Caudal's model::Round). */
+    static final class Round {
+        final long ts;
+        final double utcHours;
+        final long faulty;
+        final long faultyLow;
+        final long noiseA;
+        final long noiseB;
+
+        Round(long round, long ts) {
+            this.ts = ts;
+            this.utcHours = utcHours(ts);
+            this.faulty = mix(round ^ mix(3));
+            this.faultyLow = mix(round ^ mix(4));
+            this.noiseA = mix(round ^ mix(5));
+            this.noiseB = mix(round ^ mix(6));
+        }
+    }
+
+    /** {@link #reading} with the sensor's base and offset and the round worked out. */
+    SensorReading readingAt(long sensor, double lat, double lon, double base, double lonHours, Round r) {
+        boolean faulty = faultyFraction > 0.0 && unitKeyed(seed, sensor, r.faulty) < faultyFraction;
         double tempF;
         if (faulty) {
             // Impossible readings: below absolute zero or far above any weather on Earth.
-            tempF = unit(seed, sensor, round, 4) < 0.5 ? -500.0 : 400.0;
+            tempF = unitKeyed(seed, sensor, r.faultyLow) < 0.5 ? -500.0 : 400.0;
         } else {
-            double noise = 1.5 * (unit(seed, sensor, round, 5) + unit(seed, sensor, round, 6) - 1.0);
-            double c = climateC(lat, lon, ts) + noise;
+            double noise = 1.5 * (unitKeyed(seed, sensor, r.noiseA) + unitKeyed(seed, sensor, r.noiseB) - 1.0);
+            double c = climateAt(base, lonHours, r.utcHours) + noise;
             tempF = c * 9.0 / 5.0 + 32.0;
         }
-        return new SensorReading(sensor, ts, lat, lon, tempF);
+        return new SensorReading(sensor, r.ts, lat, lon, tempF);
     }
 
     /** Sensors owned by split k. */
@@ -110,14 +146,18 @@ final class SensorModel implements java.io.Serializable {
 
     /**
      * A split's walk through its readings, as Caudal's SplitCursor: round and slot kept as
-     * counters (no division per reading), the split's sensors' positions computed once.
+     * counters (no division per reading), the split's sensors' positions computed once, and
+     * a round's share of the model once per round.
      */
     final class Cursor {
         private final int k;
         private final long sensorsInSplit;
         private final double[] lats;
         private final double[] lons;
+        private final double[] bases;
+        private final double[] lonHours;
         private long round;
+        private Round at;
         private long slot;
 
         Cursor(int k, long next) {
@@ -126,25 +166,31 @@ final class SensorModel implements java.io.Serializable {
             int kept = (int) Math.min(sensorsInSplit, 1L << 20);
             lats = new double[kept];
             lons = new double[kept];
+            bases = new double[kept];
+            lonHours = new double[kept];
             for (int i = 0; i < kept; i++) {
                 long sensor = k + (long) i * splits;
                 lats[i] = lat(sensor);
                 lons[i] = lon(sensor);
+                bases[i] = 28.0 - 0.45 * Math.abs(lats[i]);
+                lonHours[i] = lons[i] / 15.0;
             }
             round = next / sensorsInSplit;
+            at = new Round(round, START_MS + round * INTERVAL_MS);
             slot = next % sensorsInSplit;
         }
 
         /** The reading at the cursor; the cursor moves on. */
         SensorReading next() {
             long sensor = k + slot * splits;
-            long ts = START_MS + round * INTERVAL_MS;
+            int i = (int) slot;
             SensorReading r = slot < lats.length
-                    ? readingAt(sensor, lats[(int) slot], lons[(int) slot], round, ts)
-                    : reading(sensor, round, ts);
+                    ? readingAt(sensor, lats[i], lons[i], bases[i], lonHours[i], at)
+                    : reading(sensor, round, at.ts);
             if (++slot == sensorsInSplit) {
                 slot = 0;
                 round++;
+                at = new Round(round, START_MS + round * INTERVAL_MS);
             }
             return r;
         }
