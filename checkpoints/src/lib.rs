@@ -64,7 +64,7 @@ pub mod state;
 pub mod store;
 
 pub use backend::{
-    handles_for_range, BackendKind, CachingBackend, EntryPage, HeapStateBackend, KeyGroupStats,
+    handles_for_range, BackendKind, CachingBackend, EntryHint, EntryPage, HeapStateBackend, KeyGroupStats,
     KeyedStateBackend, RawEntry, RocksDbConfig, RocksDbStateBackend, SnapshotResult, StateBackendConfig,
     StateHandle, StateSnapshot, StateWriteBatch, StoredFile, UploadStats,
 };

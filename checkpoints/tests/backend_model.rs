@@ -1,6 +1,7 @@
 //! Every backend behaves like a sorted map of full encoded keys (the layout of `keys.rs`):
 //! random puts, deletes, appends, batches, map scans and clears, state-browser pages and
-//! snapshot-restores, lookups announced ahead, with value and map entries of one (key, namespace) mixed — the heap
+//! snapshot-restores, lookups announced ahead, reads and writes with (perhaps stale) hints
+//! of where an entry is, with value and map entries of one (key, namespace) mixed — the heap
 //! backend stores them apart (a value under its prefix, map entries in a map under it), so
 //! this is its test against the naive model.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
@@ -33,6 +34,11 @@ enum Op {
     /// A lookup announced (changes nothing; later ops may or may not access it, and the
     /// ops between may move or remove what it found).
     Prefetch(Addr),
+    /// A read that keeps where the backend found the entry ([`KeyedStateBackend::read_hinted`]).
+    HintedGet(Addr),
+    /// A put to the address of the last hinted read, with its hint — stale when the ops
+    /// since moved or removed entries (a read-modify-write with work in between).
+    HintedPut(u8),
 }
 
 const STATES: [&str; 2] = ["a", "ab"];
@@ -57,6 +63,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::SnapshotRestore),
         1 => Just(Op::SnapshotHeld),
         6 => addr().prop_map(Op::Prefetch),
+        4 => addr().prop_map(Op::HintedGet),
+        4 => any::<u8>().prop_map(Op::HintedPut),
     ]
 }
 
@@ -126,6 +134,8 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut b = common::open(kind, range);
     let mut held = Vec::new();
+    let mut hinted: Option<(Addr, Option<EntryHint>)> = None;
+    let mut buffer = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::Put(a, v) => {
@@ -161,6 +171,21 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 b.backend.write_batch(batch).unwrap();
             }
             Op::Prefetch(a) => b.backend.prefetch(&key(&ids, *a)),
+            Op::HintedGet(a) => {
+                let k = key(&ids, *a);
+                let mut hint = None;
+                let got = b.backend.read_hinted(&k, &mut buffer, &mut hint).unwrap().map(<[u8]>::to_vec);
+                let want = model.get(&k.encode().unwrap()).cloned();
+                prop_assert_eq!(got, want, "{:?} op {} {:?}", kind, i, op);
+                hinted = Some((*a, hint));
+            }
+            Op::HintedPut(v) => {
+                if let Some((a, hint)) = hinted {
+                    let k = key(&ids, a);
+                    b.backend.put_hinted(&k, &value(*v), hint.as_ref()).unwrap();
+                    model.insert(k.encode().unwrap(), value(*v));
+                }
+            }
             Op::Get(a) => {
                 let k = key(&ids, *a);
                 prop_assert_eq!(
@@ -218,6 +243,8 @@ fn run(kind: Kind, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
                 let loc = common::location(&CheckpointPaths::new(), i as u64 + 1, 0);
                 let snap = b.backend.snapshot(&loc).unwrap().upload(&store).unwrap();
                 b = common::restore(kind, range, &[snap.handle], &store).unwrap();
+                // A hint names a place in the backend it came from.
+                hinted = None;
             }
             Op::SnapshotHeld => {
                 let loc = common::location(&CheckpointPaths::new(), i as u64 + 1, 0);

@@ -24,9 +24,9 @@ use super::lookahead::{Lookahead, Lookup, Probed};
 use super::prefix_hash::PrefixHasher;
 use super::probe_table::{prefetch_line, Hashed, ProbeTable};
 use super::{
-    check_key_group, fetch_verified, frame_list_element, sha256_hex, BatchOp, EntryPage, EntrySink,
-    HeapStateHandle, KeyGroupStats, KeyedStateBackend, RawEntry, SnapshotResult, StateHandle, StateSnapshot,
-    StateWriteBatch, StoredFile, UploadStats,
+    check_key_group, fetch_verified, frame_list_element, sha256_hex, BatchOp, EntryHint, EntryPage,
+    EntrySink, HeapStateHandle, KeyGroupStats, KeyedStateBackend, RawEntry, SnapshotResult, StateHandle,
+    StateSnapshot, StateWriteBatch, StoredFile, UploadStats,
 };
 use crate::ids::CheckpointId;
 use crate::keygroup::KeyGroupRange;
@@ -318,15 +318,24 @@ impl GroupCell {
 
     /// The table to write to: owned again, taken back from the snapshot when its upload has
     /// let go of it, else copied.
+    #[inline]
     fn get_mut(&mut self) -> &mut Group {
-        if let GroupCell::Shared(shared) = self {
-            let shared = std::mem::take(shared);
-            *self = GroupCell::Owned(Arc::try_unwrap(shared).unwrap_or_else(|held| Group::clone(&held)));
+        if matches!(self, GroupCell::Shared(_)) {
+            self.unshare();
         }
         match self {
             GroupCell::Owned(g) => g,
             // Made owned just above.
             GroupCell::Shared(g) => Arc::make_mut(g),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unshare(&mut self) {
+        if let GroupCell::Shared(shared) = self {
+            let shared = std::mem::take(shared);
+            *self = GroupCell::Owned(Arc::try_unwrap(shared).unwrap_or_else(|held| Group::clone(&held)));
         }
     }
 
@@ -433,21 +442,41 @@ impl HeapStateBackend {
     /// its announcement found it, else looked up by its parts (nothing encoded).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
-        let bucket = match last_bucket(self.last.get(), g, key) {
-            Some(bucket) => Some(bucket),
-            None => {
-                let found = match self.ahead.borrow_mut().take(key, g) {
-                    Some(lookup) => lookup.bucket,
-                    None => g.find_key(key),
-                };
-                if let Some(bucket) = found {
-                    self.last.set(Some((key.key_group, bucket)));
-                }
-                found
-            }
-        };
-        let slot = bucket.and_then(|b| g.table.get(b));
+        let slot = self.locate(g, key).and_then(|b| g.table.get(b));
         Ok(f(slot.and_then(|slot| slot.get(key.map_key))))
+    }
+
+    /// The bucket of `key`'s slot in `g`, its key group's table: the one used last when it
+    /// is the key's, else where its announcement found it, else looked up by its parts.
+    #[inline]
+    fn locate(&self, g: &Group, key: &StateKey<'_>) -> Option<usize> {
+        if let Some(bucket) = last_bucket(self.last.get(), g, key) {
+            return Some(bucket);
+        }
+        let found = match self.ahead.borrow_mut().take(key, g) {
+            Some(lookup) => lookup.bucket,
+            None => g.find_key(key),
+        };
+        if let Some(bucket) = found {
+            self.last.set(Some((key.key_group, bucket)));
+        }
+        found
+    }
+
+    /// The slot `hint` names for `key`, when nothing has moved in its table since the hint
+    /// was taken (checked by the slot's hash, and by its whole prefix in debug builds).
+    #[inline]
+    fn hinted_slot(&mut self, key: &StateKey<'_>, hint: &EntryHint) -> Option<&mut Slot> {
+        if hint.key_group != key.key_group || !self.range.contains(key.key_group) {
+            return None;
+        }
+        let group = self.groups[usize::from(key.key_group - self.range.start)].get_mut();
+        if group.table.moves() != hint.moves {
+            return None;
+        }
+        let slot = group.table.get_mut(hint.bucket).filter(|slot| slot.hash == hint.hash)?;
+        debug_assert!(key.prefix_matches(slot.prefix()), "a hint from another key's read");
+        Some(slot)
     }
 
     /// Changes `key`'s value, creating it empty if absent: in the slot used last when it is
@@ -480,9 +509,18 @@ impl HeapStateBackend {
         Ok(())
     }
 
+    #[inline]
     fn group(&self, kg: u16) -> Result<&Group> {
-        check_key_group(self.range, kg)?;
+        if !self.range.contains(kg) {
+            return Err(self.out_of_range(kg));
+        }
         Ok(self.groups[usize::from(kg - self.range.start)].get())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, kg: u16) -> Error {
+        Error::KeyGroupOutOfRange { key_group: kg, range: self.range.to_string() }
     }
 
     fn group_mut(&mut self, kg: u16) -> Result<&mut Group> {
@@ -585,6 +623,30 @@ impl KeyedStateBackend for HeapStateBackend {
     /// An existing entry's value is overwritten in place (no allocation for the key).
     fn put(&mut self, key: &StateKey<'_>, value: &[u8]) -> Result<()> {
         self.change(key, Change::Set(value))
+    }
+
+    /// The value borrowed from its slot (nothing copied), and the slot's bucket.
+    fn read_hinted<'a>(
+        &'a self,
+        key: &StateKey<'_>,
+        _buffer: &'a mut Vec<u8>,
+        hint: &mut Option<EntryHint>,
+    ) -> Result<Option<&'a [u8]>> {
+        let g = self.group(key.key_group)?;
+        let Some((bucket, slot)) = self.locate(g, key).and_then(|b| Some((b, g.table.get(b)?))) else {
+            *hint = None;
+            return Ok(None);
+        };
+        *hint = Some(EntryHint { key_group: key.key_group, hash: slot.hash, bucket, moves: g.table.moves() });
+        Ok(slot.get(key.map_key))
+    }
+
+    fn put_hinted(&mut self, key: &StateKey<'_>, value: &[u8], hint: Option<&EntryHint>) -> Result<()> {
+        if let Some(slot) = hint.and_then(|hint| self.hinted_slot(key, hint)) {
+            slot.change(key.map_key, Change::Set(value));
+            return Ok(());
+        }
+        self.put(key, value)
     }
 
     fn prefetch(&mut self, key: &StateKey<'_>) {
@@ -762,6 +824,37 @@ impl StateSnapshot for HeapSnapshot {
 mod tests {
     use super::*;
     use crate::keys::StateId;
+
+    /// A hint taken before entries moved (the table grew, an entry before it was removed)
+    /// writes to its key, not to the bucket it named.
+    #[test]
+    fn a_stale_hint_writes_to_its_key() {
+        let id = StateId::new("count").unwrap();
+        let keys: Vec<[u8; 4]> = (0..1 << 16).map(u32::to_be_bytes).collect();
+        let key = |k: usize| StateKey::new(0, &id, &keys[k]);
+        for removed in [false, true] {
+            let mut b = HeapStateBackend::new(KeyGroupRange::new(0, 1));
+            b.put(&key(0), b"zero").unwrap();
+            let (mut hint, mut buffer) = (None, Vec::new());
+            assert_eq!(b.read_hinted(&key(0), &mut buffer, &mut hint).unwrap(), Some(&b"zero"[..]));
+            let bucket = hint.unwrap().bucket;
+            // Grow the table until key 0 has moved and another key is in its old bucket.
+            let mut next = 1;
+            while b.groups[0].get().table.get(bucket).is_none_or(|s| key(0).prefix_matches(s.prefix())) {
+                b.put(&key(next), b"other").unwrap();
+                next += 1;
+            }
+            if removed {
+                b.delete(&key(next - 1)).unwrap();
+                next -= 1;
+            }
+            b.put_hinted(&key(0), b"new", hint.as_ref()).unwrap();
+            assert_eq!(b.get(&key(0)).unwrap().as_deref(), Some(&b"new"[..]));
+            for k in 1..next {
+                assert_eq!(b.get(&key(k)).unwrap().as_deref(), Some(&b"other"[..]), "key {k}");
+            }
+        }
+    }
 
     /// A bucket found ahead is checked when the access comes: here its key was removed and
     /// the bucket given to another key in between.

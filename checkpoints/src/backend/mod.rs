@@ -138,6 +138,17 @@ pub struct KeyGroupStats {
     pub bytes: u64,
 }
 
+/// Where [`KeyedStateBackend::read_hinted`] found a key's entry: the heap backend's key
+/// group, bucket and the table's count of moves then (an insert or removal since makes it
+/// stale), with the entry's hash as a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryHint {
+    pub(crate) key_group: u16,
+    pub(crate) hash: u32,
+    pub(crate) bucket: usize,
+    pub(crate) moves: u64,
+}
+
 /// The keyed state of one operator subtask over its key-group range.
 ///
 /// Object safe: the engine holds a `Box<dyn KeyedStateBackend>`. Every method that
@@ -160,6 +171,35 @@ pub trait KeyedStateBackend: Send {
             }
             None => false,
         })
+    }
+
+    /// The value at `key`, borrowed from the backend where it keeps values in memory (the
+    /// heap) or read into `buffer` (cleared first); `hint` is set to where the backend found
+    /// it: give that [`EntryHint`] to [`Self::put_hinted`] to overwrite the same key's value
+    /// without looking it up again (a read-modify-write). The default reads into `buffer`
+    /// and gives no hint.
+    ///
+    /// (The hint is an out-parameter, not part of the result, on purpose: a result this
+    /// large is returned through memory, and the caller's wide load of fields the callee
+    /// has just stored one by one waits for the stores to reach the cache.)
+    fn read_hinted<'a>(
+        &'a self,
+        key: &StateKey<'_>,
+        buffer: &'a mut Vec<u8>,
+        hint: &mut Option<EntryHint>,
+    ) -> Result<Option<&'a [u8]>> {
+        *hint = None;
+        let found = self.get_into(key, buffer)?;
+        Ok(found.then_some(buffer.as_slice()))
+    }
+
+    /// [`Self::put`], where `hint` (from [`Self::read_hinted`] of the same `key`) names the
+    /// entry when nothing has moved since; a stale hint, or none, costs a lookup. A hint
+    /// from another key's read is a bug of the caller (the heap backend checks the entry's
+    /// hash, and its whole key in debug builds). The default ignores the hint.
+    fn put_hinted(&mut self, key: &StateKey<'_>, value: &[u8], hint: Option<&EntryHint>) -> Result<()> {
+        let _ = hint;
+        self.put(key, value)
     }
 
     /// Says that `key` will be read or written soon. A backend that can starts finding it

@@ -26,11 +26,14 @@ pub(crate) struct ProbeTable<T> {
     /// A power of two in length, or empty.
     buckets: Box<[Option<T>]>,
     items: usize,
+    /// Inserts and removals so far: a bucket index taken when it read `n` is
+    /// still the same entry's while it reads `n`.
+    moves: u64,
 }
 
 impl<T> Default for ProbeTable<T> {
     fn default() -> Self {
-        ProbeTable { buckets: Box::new([]), items: 0 }
+        ProbeTable { buckets: Box::new([]), items: 0, moves: 0 }
     }
 }
 
@@ -44,6 +47,13 @@ impl<T: Hashed> ProbeTable<T> {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.items == 0
+    }
+
+    /// Changes whenever an entry may have moved (an insert, which may grow the table, or a
+    /// removal, which shifts entries back).
+    #[inline]
+    pub(crate) fn moves(&self) -> u64 {
+        self.moves
     }
 
     fn mask(&self) -> usize {
@@ -82,6 +92,7 @@ impl<T: Hashed> ProbeTable<T> {
             self.grow();
         }
         self.items += 1;
+        self.moves += 1;
         let i = self.free_bucket(value.hash());
         self.buckets[i] = Some(value);
         i
@@ -112,6 +123,7 @@ impl<T: Hashed> ProbeTable<T> {
     pub(crate) fn remove(&mut self, bucket: usize) -> Option<T> {
         let removed = self.buckets.get_mut(bucket)?.take()?;
         self.items -= 1;
+        self.moves += 1;
         let mask = self.mask();
         let mut hole = bucket;
         let mut i = (bucket + 1) & mask;

@@ -69,9 +69,9 @@ pub struct KeyedContext<'a, K> {
     pub(crate) key: &'a K,
     pub(crate) key_bytes: &'a [u8],
     pub(crate) key_group: u16,
-    pub(crate) timestamp: Timestamp,
-    pub(crate) watermark: Timestamp,
-    pub(crate) processing_time: Timestamp,
+    /// The element's (or firing timer's) time, the watermark and the wall clock. The state
+    /// handles take them by reference: only a state with a TTL reads them.
+    pub(crate) clocks: Clocks,
     pub(crate) firing: Option<TimeDomain>,
     pub(crate) backend: &'a mut dyn KeyedStateBackend,
     pub(crate) timers: &'a mut Timers,
@@ -91,17 +91,17 @@ impl<K> KeyedContext<'_, K> {
 
     /// The element's event time, or the firing timer's time.
     pub fn timestamp(&self) -> Timestamp {
-        self.timestamp
+        self.clocks.event_write
     }
 
     /// The operator's current input watermark.
     pub fn current_watermark(&self) -> Timestamp {
-        self.watermark
+        self.clocks.watermark
     }
 
     /// Wall-clock time, ms since the epoch (read once per batch).
     pub fn current_processing_time(&self) -> Timestamp {
-        self.processing_time
+        self.clocks.processing
     }
 
     /// In `on_timer`: which kind of timer fires; `None` in `process_element`.
@@ -139,11 +139,8 @@ impl<K> KeyedContext<'_, K> {
             backend: &mut *self.backend,
             key_group: self.key_group,
             key: self.key_bytes,
-            clocks: Clocks {
-                event_write: self.timestamp,
-                watermark: self.watermark,
-                processing: self.processing_time,
-            },
+            clocks: &self.clocks,
+            hint: None,
             registry: &mut *self.registry,
             buffer: &mut *self.buffer,
         }
@@ -191,6 +188,6 @@ impl<K> KeyedContext<'_, K> {
 
     /// Emits `value` to the side output `tag`, with the element's (or timer's) timestamp.
     pub fn output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<()> {
-        self.side.push(tag, self.timestamp, &value)
+        self.side.push(tag, self.clocks.event_write, &value)
     }
 }

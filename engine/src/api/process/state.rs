@@ -14,7 +14,7 @@ use crate::types::Timestamp;
 use crate::{Error, Result};
 use caudal_checkpoints::backend::{decode_list, frame_list_element};
 use caudal_checkpoints::keys::decode_key;
-use caudal_checkpoints::{KeyedStateBackend, StateId, StateKey};
+use caudal_checkpoints::{EntryHint, KeyedStateBackend, StateId, StateKey};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -416,12 +416,30 @@ fn expiry_of(bytes: &[u8]) -> Option<i64> {
     bincode::serde::decode_from_slice::<i64, _>(bytes, bincode::config::standard()).ok().map(|(e, _)| e)
 }
 
+/// A stored value, `None` when it expired by `clocks`.
+fn unwrap_value<V: DeserializeOwned>(
+    clocks: &Clocks,
+    d: &Descriptor,
+    id: &StateId,
+    bytes: &[u8],
+) -> Result<Option<V>> {
+    match &d.ttl {
+        Some(ttl) => {
+            let (expiry, v): (i64, V) = decode(id, bytes)?;
+            Ok((!clocks.is_expired(ttl.time, expiry)).then_some(v))
+        }
+        None => decode(id, bytes).map(Some),
+    }
+}
+
 /// The current key's view of the backend, shared by every handle.
 pub(crate) struct Scope<'c> {
     pub(crate) backend: &'c mut dyn KeyedStateBackend,
     pub(crate) key_group: u16,
     pub(crate) key: &'c [u8],
-    pub(crate) clocks: Clocks,
+    pub(crate) clocks: &'c Clocks,
+    /// Where the backend found the value read last (a read-modify-write's write goes there).
+    pub(crate) hint: Option<EntryHint>,
     pub(crate) registry: &'c mut StateRegistry,
     /// Where single values are read into and encoded (no allocation per record).
     pub(crate) buffer: &'c mut Vec<u8>,
@@ -446,13 +464,7 @@ impl<'c> Scope<'c> {
 
     /// A stored value, `None` when it expired.
     fn unwrap<V: DeserializeOwned>(&self, d: &Descriptor, id: &StateId, bytes: &[u8]) -> Result<Option<V>> {
-        match &d.ttl {
-            Some(ttl) => {
-                let (expiry, v): (i64, V) = decode(id, bytes)?;
-                Ok((!self.clocks.is_expired(ttl.time, expiry)).then_some(v))
-            }
-            None => decode(id, bytes).map(Some),
-        }
+        unwrap_value(self.clocks, d, id, bytes)
     }
 
     /// [`Self::wrap`] into the scope's buffer.
@@ -467,13 +479,15 @@ impl<'c> Scope<'c> {
         d.ttl.is_some_and(|t| t.update == TtlUpdate::OnReadAndWrite)
     }
 
+    /// The value, decoded where the backend keeps it (or from the buffer it was read into);
+    /// where it was found is kept for a write that follows.
     fn get_single<V: Serialize + DeserializeOwned>(&mut self, d: &Descriptor) -> Result<Option<V>> {
         let id = d.id()?;
         let sk = self.state_key(id);
-        if !self.backend.get_into(&sk, self.buffer)? {
+        let Some(bytes) = self.backend.read_hinted(&sk, self.buffer, &mut self.hint)? else {
             return Ok(None);
-        }
-        let v: Option<V> = self.unwrap(d, id, self.buffer.as_slice())?;
+        };
+        let v: Option<V> = unwrap_value(self.clocks, d, id, bytes)?;
         if let (Some(v), true) = (&v, Self::refreshes_on_read(d)) {
             self.put_single(d, v)?;
         }
@@ -483,7 +497,7 @@ impl<'c> Scope<'c> {
     fn put_single<V: Serialize>(&mut self, d: &Descriptor, v: &V) -> Result<()> {
         let id = d.id()?;
         self.wrap_into_buffer(d, id, v)?;
-        Ok(self.backend.put(&self.state_key(id), self.buffer.as_slice())?)
+        Ok(self.backend.put_hinted(&self.state_key(id), self.buffer.as_slice(), self.hint.as_ref())?)
     }
 
     fn clear_single(&mut self, d: &Descriptor) -> Result<()> {
