@@ -9,8 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod kafka_support;
+#[path = "common/ports.rs"]
+mod ports;
 
 use kafka_support::{oracle, read_committed, stack, unique, Stack};
+use ports::free_port;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -20,10 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const READINGS: u64 = 300_000;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// Three brokers of a cluster of their own, in a temp folder; purged when dropped.
 struct Brokers {

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::ports::free_port;
+
 use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 use caudal_schemas::{ProcessedReading, WindowStats};
 
@@ -746,10 +748,6 @@ struct PrivateStack {
     dir: tempfile::TempDir,
     pg_port: u16,
     redis_port: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl PrivateStack {
