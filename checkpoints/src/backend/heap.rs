@@ -467,10 +467,10 @@ impl HeapStateBackend {
     /// was taken (checked by the slot's hash, and by its whole prefix in debug builds).
     #[inline]
     fn hinted_slot(&mut self, key: &StateKey<'_>, hint: &EntryHint) -> Option<&mut Slot> {
-        if hint.key_group != key.key_group || !self.range.contains(key.key_group) {
+        if hint.key_group != key.key_group {
             return None;
         }
-        let group = self.groups[usize::from(key.key_group - self.range.start)].get_mut();
+        let group = self.group_mut(key.key_group).ok()?;
         if group.table.moves() != hint.moves {
             return None;
         }
@@ -511,18 +511,11 @@ impl HeapStateBackend {
 
     #[inline]
     fn group(&self, kg: u16) -> Result<&Group> {
-        if !self.range.contains(kg) {
-            return Err(self.out_of_range(kg));
-        }
+        check_key_group(self.range, kg)?;
         Ok(self.groups[usize::from(kg - self.range.start)].get())
     }
 
-    #[cold]
-    #[inline(never)]
-    fn out_of_range(&self, kg: u16) -> Error {
-        Error::KeyGroupOutOfRange { key_group: kg, range: self.range.to_string() }
-    }
-
+    #[inline]
     fn group_mut(&mut self, kg: u16) -> Result<&mut Group> {
         check_key_group(self.range, kg)?;
         Ok(self.groups[usize::from(kg - self.range.start)].get_mut())

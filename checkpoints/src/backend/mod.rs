@@ -455,10 +455,18 @@ pub fn decode_list(value: &[u8]) -> Result<Vec<&[u8]>> {
     Ok(out)
 }
 
+/// Inlined on every keyed access; the error's construction is kept out of the way.
+#[inline]
 pub(crate) fn check_key_group(range: KeyGroupRange, key_group: u16) -> Result<()> {
     if range.contains(key_group) {
         Ok(())
     } else {
-        Err(Error::KeyGroupOutOfRange { key_group, range: range.to_string() })
+        Err(key_group_out_of_range(range, key_group))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn key_group_out_of_range(range: KeyGroupRange, key_group: u16) -> Error {
+    Error::KeyGroupOutOfRange { key_group, range: range.to_string() }
 }

@@ -59,6 +59,11 @@ impl Now {
     pub(crate) fn of(ctx: &OperatorContext) -> Self {
         Now { watermark: ctx.watermark, processing: now_ms() }
     }
+
+    /// The clocks of an element or timer at `ts`.
+    fn at(self, ts: Timestamp) -> Clocks {
+        Clocks { event_write: ts, watermark: self.watermark, processing: self.processing }
+    }
 }
 
 impl KeyedCore {
@@ -173,7 +178,7 @@ impl KeyedCore {
             key,
             key_bytes: &self.key_bytes[key_bytes],
             key_group,
-            clocks: Clocks { event_write: ts, watermark: now.watermark, processing: now.processing },
+            clocks: now.at(ts),
             firing: None,
             backend,
             timers: &mut self.timers,
@@ -212,7 +217,7 @@ impl KeyedCore {
                 key: &key,
                 key_bytes: &key_bytes,
                 key_group,
-                clocks: Clocks { event_write: ts, watermark: now.watermark, processing: now.processing },
+                clocks: now.at(ts),
                 firing: Some(domain),
                 backend: &mut *backend,
                 timers: &mut self.timers,
