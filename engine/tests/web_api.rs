@@ -79,10 +79,7 @@ impl Sink for Discard {
     }
 }
 
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
+use caudal_test_stack::free_addr;
 
 /// ticks (p2) → double (chained) → hash → pass (p3) → count (chained).
 fn job(addr: SocketAddr) -> StreamEnv {

@@ -9,11 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod kafka_support;
-#[path = "common/ports.rs"]
-mod ports;
 
+use caudal_test_stack::free_port;
 use kafka_support::{oracle, read_committed, stack, unique, Stack};
-use ports::free_port;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;

@@ -89,7 +89,7 @@ fn savepoint_cli_copies_the_latest_checkpoint_and_the_job_restores_from_it() {
 /// The job with its REST API on a free port and checkpoints every minute (so that only what
 /// the test asks for is taken before the end).
 fn spawn_with_api(d: &Dirs) -> (std::process::Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = caudal_test_stack::free_port();
     let mut args: Vec<String> = base_args(&d.out, &d.ckpt, 2)
         .into_iter()
         .map(|a| if a == "0.3" { "60".into() } else { a }) // --checkpoint-interval

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ports::free_port;
+use caudal_test_stack::free_port;
 
 use caudal_checkpoints::{CheckpointStorageConfig, CheckpointStore, S3Config};
 use caudal_schemas::{ProcessedReading, WindowStats};

@@ -7,6 +7,12 @@
 //! passes — unless the stack is required ([`required`]: `CAUDAL_REQUIRE_STACK` set to
 //! anything but empty or `0`, as the test command sets it), in which case the test fails.
 //! Leaf crates can dev-depend on it: it depends on nothing.
+//!
+//! Also the ports of servers a test starts itself ([`free_port`]).
+
+mod ports;
+
+pub use ports::{free_addr, free_port};
 
 /// True when a missing service is a failure, not a skip.
 pub fn required() -> bool {

@@ -171,7 +171,7 @@ struct Running {
 }
 
 fn run(stack: &kafka_support::Stack, input: &str, output: &str, job: &'static str) -> Running {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = caudal_test_stack::free_addr();
     let config =
         JobConfig { parallelism: 1, handle_signals: false, web_bind: Some(addr), ..JobConfig::default() };
     let source = KafkaSourceConfig::new(&stack.brokers, input);

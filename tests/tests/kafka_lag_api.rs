@@ -68,9 +68,7 @@ impl Drop for OpenOnDrop {
     }
 }
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+use caudal_test_stack::free_addr;
 
 struct Api {
     base: String,

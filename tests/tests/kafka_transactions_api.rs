@@ -127,7 +127,7 @@ fn pending_and_open_sink_transactions_are_listed_until_committed() {
     create_topic(&stack, &topic, 1);
     let prefix = unique("txn-api-prefix");
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = caudal_test_stack::free_addr();
     let config = JobConfig {
         parallelism: 1,
         handle_signals: false,

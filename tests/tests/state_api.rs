@@ -212,7 +212,7 @@ fn plausible_count(phases: usize) -> u64 {
 /// `cache_entries`: the window operator's cache; smaller than its keys, lookups of evicted
 /// keys read the backend, else the cache.
 fn browse_state_of_running_window_operator(kind: BackendKind, job: &str, cache_entries: usize) {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = caudal_test_stack::free_addr();
     let dir = tempfile::tempdir().unwrap();
     let allowed = Arc::new(AtomicUsize::new(1));
     let (sink, windows) = CollectSink::new();

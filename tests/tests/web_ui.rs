@@ -26,10 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
+use caudal_test_stack::free_addr;
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()

@@ -5,7 +5,6 @@
 
 pub mod faulty_link;
 pub mod oracle;
-pub mod ports;
 pub mod s3;
 
 use std::path::{Path, PathBuf};

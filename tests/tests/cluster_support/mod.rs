@@ -86,9 +86,7 @@ fn agent(tls: Option<ureq::tls::TlsConfig>) -> ureq::Agent {
     config.build().into()
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use caudal_test_stack::free_port;
 
 /// A job manager and task managers, each a process logging into the test's directory.
 pub struct Cluster {

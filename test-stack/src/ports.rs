@@ -1,4 +1,5 @@
-//! Ports for servers a test starts itself.
+//! Ports for servers a test starts itself (a private Redis, a job's web UI, a cluster's
+//! job manager), taken where no other process is handed them.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,4 +32,9 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free port on 127.0.0.1 in {PORTS:?}")
+}
+
+/// A loopback address with a [`free_port`].
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
