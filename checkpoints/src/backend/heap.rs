@@ -3,9 +3,10 @@
 //! A key group's table is keyed by the entry's prefix (key group, state, key, namespace), so
 //! a per-record lookup hashes once, as Flink's heap state table does, instead of walking a
 //! sorted tree of byte strings (a cache miss per comparison once the keys outgrow the
-//! cache). A value's slot holds its prefix followed by its value in one allocation, so a
-//! lookup reads both from one place. Map state keeps the entries of one (key, namespace) in
-//! a sorted map under their shared prefix, so scans stay in key order.
+//! cache). A slot holds a small prefix and value itself, and a bigger one in one
+//! allocation, so a lookup reads both from one place (`slot.rs`). Map state keeps the
+//! entries of one (key, namespace) in a sorted map under their shared prefix, so scans stay
+//! in key order.
 //!
 //! The synchronous snapshot part shares the tables with the snapshot (a key group's table
 //! goes behind an `Arc` then, copied on write: a key group written to while its snapshot is
@@ -13,8 +14,9 @@
 //! a write costs no atomic operation); the upload sorts and serializes them (bincode) to
 //! `chk-<n>/<operator>/<subtask>/keyed-state.bin` off the task thread.
 
+mod slot;
+
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -30,9 +32,10 @@ use super::{
 };
 use crate::ids::CheckpointId;
 use crate::keygroup::KeyGroupRange;
-use crate::keys::{bytes_eq, copy_small, key_group_of_encoded, prefix_len, StateKey};
+use crate::keys::{bytes_eq, key_group_of_encoded, prefix_len, StateKey};
 use crate::store::{CheckpointStore, StateLocation};
 use crate::{Error, Result};
+use slot::{tagged, Change, Slot, Spill};
 
 /// Name of the snapshot file inside the subtask's checkpoint folder.
 pub const HEAP_SNAPSHOT_FILE: &str = "keyed-state.bin";
@@ -45,209 +48,107 @@ const LOOKAHEAD_MIN_ENTRIES: usize = 16 * 1024;
 /// A key group's sorted entries as stored in a snapshot file.
 type GroupEntries = (u16, Vec<(Vec<u8>, Vec<u8>)>);
 
-/// How a value changes.
-#[derive(Clone, Copy)]
-enum Change<'a> {
-    /// Replaced by these bytes.
-    Set(&'a [u8]),
-    /// These bytes added at its end (a framed list element).
-    Append(&'a [u8]),
-}
-
-impl Change<'_> {
-    /// Applies the change to the bytes from `start` on (the value's, after its prefix).
-    fn apply(self, bytes: &mut Vec<u8>, start: usize) {
-        match self {
-            // In place when the length is unchanged; the capacity is kept otherwise.
-            Change::Set(v) if bytes.len().checked_sub(start) == Some(v.len()) => {
-                copy_small(&mut bytes[start..], v)
-            }
-            Change::Set(v) => {
-                bytes.truncate(start);
-                bytes.extend_from_slice(v);
-            }
-            Change::Append(v) => bytes.extend_from_slice(v),
-        }
-    }
-}
-
-/// What is stored under one prefix, with the prefix's hash (its low 32 bits: what the table
-/// places and compares it by). 32 bytes and aligned to them: one bucket of the table, never
-/// across two cache lines.
-#[derive(Debug, Clone)]
-#[repr(align(32))]
-struct Slot {
-    hash: u32,
-    /// The prefix's length in a value's bytes.
-    prefix_len: u32,
-    body: Body,
-}
-
-#[derive(Debug, Clone)]
-enum Body {
-    /// The one entry whose full key is the prefix (value, list, reducing state): the prefix
-    /// followed by the value.
-    Value(Vec<u8>),
-    /// Map state: entries `prefix + map key` in map-key order (the empty map key is the
-    /// prefix itself). Boxed: rare next to values, and the table's slots stay small.
-    Map(Box<MapSlot>),
-}
-
-#[derive(Debug, Clone)]
-struct MapSlot {
-    prefix: Vec<u8>,
-    entries: BTreeMap<Vec<u8>, Vec<u8>>,
-}
-
-impl Slot {
-    fn new(hash: u64, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> Slot {
-        let mut value = Vec::new();
-        change.apply(&mut value, 0);
-        // A prefix is a few hundred bytes at most (a state name is ≤ 255 bytes, a key and a
-        // namespace ≤ 65,535 each).
-        let prefix_len = prefix.len() as u32;
-        let body = if map_key.is_empty() {
-            let mut bytes = Vec::with_capacity(prefix.len() + value.len());
-            bytes.extend_from_slice(prefix);
-            bytes.extend_from_slice(&value);
-            Body::Value(bytes)
-        } else {
-            Body::Map(Box::new(MapSlot {
-                prefix: prefix.to_vec(),
-                entries: BTreeMap::from([(map_key.to_vec(), value)]),
-            }))
-        };
-        Slot { hash: hash as u32, prefix_len, body }
-    }
-
-    fn prefix(&self) -> &[u8] {
-        match &self.body {
-            Body::Value(bytes) => &bytes[..self.prefix_len as usize],
-            Body::Map(m) => &m.prefix,
-        }
-    }
-
-    fn get(&self, map_key: &[u8]) -> Option<&[u8]> {
-        match &self.body {
-            Body::Value(bytes) => map_key.is_empty().then(|| &bytes[self.prefix_len as usize..]),
-            Body::Map(m) => m.entries.get(map_key).map(Vec::as_slice),
-        }
-    }
-
-    /// Changes the value at `map_key`, created empty if absent.
-    fn change(&mut self, map_key: &[u8], change: Change<'_>) {
-        let prefix_len = self.prefix_len as usize;
-        if let Body::Value(bytes) = &mut self.body {
-            if map_key.is_empty() {
-                return change.apply(bytes, prefix_len);
-            }
-            let value = bytes.split_off(prefix_len);
-            let prefix = std::mem::take(bytes);
-            self.body =
-                Body::Map(Box::new(MapSlot { prefix, entries: BTreeMap::from([(Vec::new(), value)]) }));
-        }
-        if let Body::Map(m) = &mut self.body {
-            // Not `entry`: it would need an owned key on every hit.
-            if let Some(v) = m.entries.get_mut(map_key) {
-                change.apply(v, 0);
-            } else {
-                let mut v = Vec::new();
-                change.apply(&mut v, 0);
-                m.entries.insert(map_key.to_vec(), v);
-            }
-        }
-    }
-
-    /// Removes `map_key`; whether the slot is empty afterwards.
-    fn remove(&mut self, map_key: &[u8]) -> bool {
-        match &mut self.body {
-            Body::Value(_) => map_key.is_empty(),
-            Body::Map(m) => {
-                m.entries.remove(map_key);
-                m.entries.is_empty()
-            }
-        }
-    }
-
-    /// Every `(map key, value)` in map-key order.
-    fn entries(&self) -> Box<dyn Iterator<Item = (&[u8], &[u8])> + '_> {
-        match &self.body {
-            Body::Value(bytes) => Box::new(std::iter::once((&[][..], &bytes[self.prefix_len as usize..]))),
-            Body::Map(m) => Box::new(m.entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
-        }
-    }
-
-    /// The bytes of its entries' full keys and values.
-    fn bytes(&self) -> u64 {
-        let prefix = self.prefix().len();
-        self.entries().map(|(mk, v)| (prefix + mk.len() + v.len()) as u64).sum()
-    }
-}
-
-const _: () = assert!(std::mem::size_of::<Option<Slot>>() == 32);
-
-impl Hashed for Slot {
-    fn hash(&self) -> u32 {
-        self.hash
-    }
-}
-
 /// The entries of one key group by prefix. The hash has a random seed: keys come from the
 /// data, so it must not be one an input can be crafted to collide.
 #[derive(Debug, Clone, Default)]
 struct Group {
     table: ProbeTable<Slot>,
+    /// The bytes of slots too big to hold their own.
+    spill: Spill,
     hasher: PrefixHasher,
 }
 
 impl Group {
+    /// The hash of `key`'s prefix, as the table takes it.
+    #[inline]
+    fn hash_key(&self, key: &StateKey<'_>) -> u64 {
+        tagged(self.hasher.hash_key(key))
+    }
+
+    /// The hash of an encoded prefix, as the table takes it.
+    fn hash_encoded(&self, prefix: &[u8]) -> u64 {
+        tagged(self.hasher.hash_encoded(prefix))
+    }
+
     /// The bucket of the slot under `prefix`.
     fn find_bucket(&self, prefix: &[u8]) -> Option<usize> {
-        self.find_hashed(self.hasher.hash_encoded(prefix), prefix)
+        self.find_hashed(self.hash_encoded(prefix), prefix)
     }
 
     /// The bucket of the slot under `key`'s prefix (compared part by part: nothing encoded).
     #[inline]
     fn find_key(&self, key: &StateKey<'_>) -> Option<usize> {
-        self.table.find(self.hasher.hash_key(key), |s| key.prefix_matches(s.prefix()))
+        self.table.find(self.hash_key(key), |s| key.prefix_matches(s.prefix(&self.spill)))
     }
 
     fn find_hashed(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
-        self.table.find(hash, |s| bytes_eq(s.prefix(), prefix))
+        self.table.find(hash, |s| bytes_eq(s.prefix(&self.spill), prefix))
+    }
+
+    /// The prefix of the slot in `bucket`.
+    #[inline]
+    fn prefix_at(&self, bucket: usize) -> Option<&[u8]> {
+        Some(self.table.get(bucket)?.prefix(&self.spill))
+    }
+
+    /// The value at `map_key` of the slot in `bucket`.
+    #[inline]
+    fn value_at(&self, bucket: usize, map_key: &[u8]) -> Option<&[u8]> {
+        self.table.get(bucket)?.get(map_key, &self.spill)
+    }
+
+    /// Changes the value at `map_key` of the slot in `bucket`; false when the bucket is empty.
+    #[inline]
+    fn change_at(&mut self, bucket: usize, map_key: &[u8], change: Change<'_>) -> bool {
+        let Group { table, spill, .. } = self;
+        table.get_mut(bucket).map(|slot| slot.change(map_key, change, spill)).is_some()
     }
 
     /// Changes the value at `prefix + map_key`, creating it empty if absent; the prefix is
     /// copied only for a new entry. Returns the slot's bucket.
     fn upsert(&mut self, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
-        self.upsert_hashed(self.hasher.hash_encoded(prefix), prefix, map_key, change)
+        self.upsert_hashed(self.hash_encoded(prefix), prefix, map_key, change)
     }
 
-    /// [`Self::upsert`] with the prefix's hash known.
+    /// [`Self::upsert`] with the prefix's hash (as the table takes it) known.
     fn upsert_hashed(&mut self, hash: u64, prefix: &[u8], map_key: &[u8], change: Change<'_>) -> usize {
         match self.find_hashed(hash, prefix) {
             Some(bucket) => {
-                if let Some(slot) = self.table.get_mut(bucket) {
-                    slot.change(map_key, change);
-                }
+                self.change_at(bucket, map_key, change);
                 bucket
             }
-            None => self.table.insert_unique(Slot::new(hash, prefix, map_key, change)),
+            None => {
+                let slot = Slot::new(hash, prefix, map_key, change, &mut self.spill);
+                self.table.insert_unique(slot)
+            }
         }
     }
 
     /// Removes the entry at `map_key` in `bucket`'s slot, and the slot once it is empty.
     fn remove_at(&mut self, bucket: Option<usize>, map_key: &[u8]) {
-        if let Some(bucket) = bucket {
-            if self.table.get_mut(bucket).is_some_and(|slot| slot.remove(map_key)) {
-                self.table.remove(bucket);
-            }
+        let Some(bucket) = bucket else { return };
+        let Group { table, spill, .. } = self;
+        if table.get_mut(bucket).is_some_and(|slot| slot.remove(map_key, spill)) {
+            self.remove_slot(bucket);
         }
     }
 
-    /// The slots sorted by prefix.
-    fn sorted(&self) -> Vec<&Slot> {
-        let mut slots: Vec<&Slot> = self.table.iter().collect();
-        slots.sort_unstable_by(|a, b| a.prefix().cmp(b.prefix()));
+    /// Removes the slot in `bucket` whatever it holds.
+    fn remove_slot(&mut self, bucket: usize) {
+        if let Some(slot) = self.table.remove(bucket) {
+            slot.release(&mut self.spill);
+        }
+    }
+
+    /// Every `(map key, value)` of `slot` in map-key order.
+    fn entries<'a>(&'a self, slot: &'a Slot) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        slot.entries(&self.spill)
+    }
+
+    /// The slots with their prefixes, sorted by prefix.
+    fn sorted(&self) -> Vec<(&[u8], &Slot)> {
+        let mut slots: Vec<(&[u8], &Slot)> = self.table.iter().map(|s| (s.prefix(&self.spill), s)).collect();
+        slots.sort_unstable_by(|a, b| a.0.cmp(b.0));
         slots
     }
 
@@ -255,14 +156,14 @@ impl Group {
     fn sorted_entries(&self) -> Vec<(Vec<u8>, &[u8])> {
         self.sorted()
             .into_iter()
-            .flat_map(|slot| slot.entries().map(move |(mk, v)| (full_key(slot.prefix(), mk), v)))
+            .flat_map(|(prefix, slot)| self.entries(slot).map(move |(mk, v)| (full_key(prefix, mk), v)))
             .collect()
     }
 }
 
 impl Probed for Group {
     fn hash(&self, key: &StateKey<'_>) -> u64 {
-        self.hasher.hash_key(key)
+        self.hash_key(key)
     }
 
     fn prefetch_start(&self, hash: u64) {
@@ -271,14 +172,14 @@ impl Probed for Group {
 
     fn find_by_hash(&self, hash: u64) -> Option<usize> {
         let bucket = self.table.find(hash, |_| true)?;
-        if let Some(Slot { body: Body::Value(bytes), .. }) = self.table.get(bucket) {
+        if let Some(bytes) = self.table.get(bucket).and_then(|s| s.spilled_bytes(&self.spill)) {
             prefetch_line(bytes.as_ptr());
         }
         Some(bucket)
     }
 
     fn holds(&self, bucket: usize, prefix: &[u8]) -> bool {
-        self.table.get(bucket).is_some_and(|s| bytes_eq(s.prefix(), prefix))
+        self.prefix_at(bucket).is_some_and(|p| bytes_eq(p, prefix))
     }
 
     fn find(&self, hash: u64, prefix: &[u8]) -> Option<usize> {
@@ -442,8 +343,7 @@ impl HeapStateBackend {
     /// its announcement found it, else looked up by its parts (nothing encoded).
     fn read<R>(&self, key: &StateKey<'_>, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let g = self.group(key.key_group)?;
-        let slot = self.locate(g, key).and_then(|b| g.table.get(b));
-        Ok(f(slot.and_then(|slot| slot.get(key.map_key))))
+        Ok(f(self.locate(g, key).and_then(|b| g.value_at(b, key.map_key))))
     }
 
     /// The bucket of `key`'s slot in `g`, its key group's table: the one used last when it
@@ -466,17 +366,19 @@ impl HeapStateBackend {
     /// The slot `hint` names for `key`, when nothing has moved in its table since the hint
     /// was taken (checked by the slot's hash, and by its whole prefix in debug builds).
     #[inline]
-    fn hinted_slot(&mut self, key: &StateKey<'_>, hint: &EntryHint) -> Option<&mut Slot> {
+    fn hinted_group(&mut self, key: &StateKey<'_>, hint: &EntryHint) -> Option<&mut Group> {
         if hint.key_group != key.key_group {
             return None;
         }
         let group = self.group_mut(key.key_group).ok()?;
-        if group.table.moves() != hint.moves {
+        if group.table.moves() != hint.moves || group.table.get(hint.bucket)?.hash() != hint.hash {
             return None;
         }
-        let slot = group.table.get_mut(hint.bucket).filter(|slot| slot.hash == hint.hash)?;
-        debug_assert!(key.prefix_matches(slot.prefix()), "a hint from another key's read");
-        Some(slot)
+        debug_assert!(
+            group.prefix_at(hint.bucket).is_some_and(|p| key.prefix_matches(p)),
+            "a hint from another key's read"
+        );
+        Some(group)
     }
 
     /// Changes `key`'s value, creating it empty if absent: in the slot used last when it is
@@ -492,8 +394,7 @@ impl HeapStateBackend {
             None => self.ahead.get_mut().take(key, group),
         };
         if let Some(bucket) = known.and_then(|k| k.bucket) {
-            if let Some(slot) = group.table.get_mut(bucket) {
-                slot.change(key.map_key, change);
+            if group.change_at(bucket, key.map_key, change) {
                 self.last.set(Some((key.key_group, bucket)));
                 return Ok(());
             }
@@ -501,7 +402,7 @@ impl HeapStateBackend {
         let bucket = self.with_prefix_mut(key, |g, prefix, map_key| {
             let hash = match known {
                 Some(Lookup { hash, bucket: None }) => hash,
-                _ => g.hasher.hash_key(key),
+                _ => g.hash_key(key),
             };
             g.upsert_hashed(hash, prefix, map_key, change)
         })?;
@@ -567,7 +468,7 @@ impl HeapStateBackend {
 /// bucket used last).
 fn last_bucket(last: Option<(u16, usize)>, group: &Group, key: &StateKey<'_>) -> Option<usize> {
     let (_, bucket) = last.filter(|(kg, _)| *kg == key.key_group)?;
-    key.prefix_matches(group.table.get(bucket)?.prefix()).then_some(bucket)
+    key.prefix_matches(group.prefix_at(bucket)?).then_some(bucket)
 }
 
 /// Calls `f` for every entry of `wanted` key groups in a heap snapshot.
@@ -630,14 +531,17 @@ impl KeyedStateBackend for HeapStateBackend {
             *hint = None;
             return Ok(None);
         };
-        *hint = Some(EntryHint { key_group: key.key_group, hash: slot.hash, bucket, moves: g.table.moves() });
-        Ok(slot.get(key.map_key))
+        *hint =
+            Some(EntryHint { key_group: key.key_group, hash: slot.hash(), bucket, moves: g.table.moves() });
+        Ok(slot.get(key.map_key, &g.spill))
     }
 
     fn put_hinted(&mut self, key: &StateKey<'_>, value: &[u8], hint: Option<&EntryHint>) -> Result<()> {
-        if let Some(slot) = hint.and_then(|hint| self.hinted_slot(key, hint)) {
-            slot.change(key.map_key, Change::Set(value));
-            return Ok(());
+        if let Some(hint) = hint {
+            if let Some(group) = self.hinted_group(key, hint) {
+                group.change_at(hint.bucket, key.map_key, Change::Set(value));
+                return Ok(());
+            }
         }
         self.put(key, value)
     }
@@ -686,8 +590,8 @@ impl KeyedStateBackend for HeapStateBackend {
         let mut prefix = Vec::new();
         key.encode_prefix_into(&mut prefix)?;
         Ok(match g.find_key(key).and_then(|b| g.table.get(b)) {
-            Some(slot) => slot
-                .entries()
+            Some(slot) => g
+                .entries(slot)
                 .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.to_vec() })
                 .collect(),
             None => Vec::new(),
@@ -697,7 +601,7 @@ impl KeyedStateBackend for HeapStateBackend {
     fn delete_map(&mut self, key: &StateKey<'_>) -> Result<()> {
         let g = self.group_mut(key.key_group)?;
         if let Some(bucket) = g.find_key(key) {
-            g.table.remove(bucket);
+            g.remove_slot(bucket);
         }
         Ok(())
     }
@@ -707,18 +611,22 @@ impl KeyedStateBackend for HeapStateBackend {
     fn list_entries(&self, key_group: u16, after: Option<&[u8]>, limit: usize) -> Result<EntryPage> {
         let g = self.group(key_group)?;
         let after_prefix = after.map(|a| split_encoded(a).0);
-        let mut slots: Vec<&Slot> =
-            g.table.iter().filter(|s| after_prefix.is_none_or(|a| s.prefix() >= a)).collect();
+        let mut slots: Vec<(&[u8], &Slot)> = g
+            .table
+            .iter()
+            .map(|s| (s.prefix(&g.spill), s))
+            .filter(|(p, _)| after_prefix.is_none_or(|a| *p >= a))
+            .collect();
         // Every prefix holds an entry, and only `after`'s own may hold none past it: the
         // `limit + 2` smallest prefixes hold the page and tell whether more follow.
         if slots.len() > limit.saturating_add(2) {
-            slots.select_nth_unstable_by(limit + 2, |a, b| a.prefix().cmp(b.prefix()));
+            slots.select_nth_unstable_by(limit + 2, |a, b| a.0.cmp(b.0));
             slots.truncate(limit + 2);
         }
-        slots.sort_unstable_by(|a, b| a.prefix().cmp(b.prefix()));
+        slots.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut entries: Vec<RawEntry> = slots
             .into_iter()
-            .flat_map(|slot| slot.entries().map(move |(mk, v)| (slot.prefix(), mk, v)))
+            .flat_map(|(prefix, slot)| g.entries(slot).map(move |(mk, v)| (prefix, mk, v)))
             .map(|(p, mk, v)| RawEntry { key: full_key(p, mk), value: v.to_vec() })
             .filter(|e| after.is_none_or(|a| e.key.as_slice() > a))
             .take(limit.saturating_add(1))
@@ -739,8 +647,8 @@ impl KeyedStateBackend for HeapStateBackend {
             .zip(self.groups.iter().map(GroupCell::get))
             .map(|(kg, g)| KeyGroupStats {
                 key_group: kg,
-                entries: g.table.iter().map(|slot| slot.entries().count() as u64).sum(),
-                bytes: g.table.iter().map(Slot::bytes).sum(),
+                entries: g.table.iter().map(|slot| g.entries(slot).count() as u64).sum(),
+                bytes: g.table.iter().map(|slot| slot.bytes(&g.spill)).sum(),
             })
             .collect())
     }
@@ -833,7 +741,7 @@ mod tests {
             let bucket = hint.unwrap().bucket;
             // Grow the table until key 0 has moved and another key is in its old bucket.
             let mut next = 1;
-            while b.groups[0].get().table.get(bucket).is_none_or(|s| key(0).prefix_matches(s.prefix())) {
+            while b.groups[0].get().prefix_at(bucket).is_none_or(|p| key(0).prefix_matches(p)) {
                 b.put(&key(next), b"other").unwrap();
                 next += 1;
             }

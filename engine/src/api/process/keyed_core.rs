@@ -6,7 +6,7 @@ use std::ops::Range;
 use super::broadcast::BroadcastState;
 use super::context::{KeyedContext, Output};
 use super::side_output::{SideRecords, Tagged};
-use super::state::{Clocks, StateRegistry, TtlCleanup};
+use super::state::{append_encoded, Clocks, StateRegistry, TtlCleanup};
 use super::timers::{TimeDomain, Timers, EVENT_TIMERS, PROCESSING_TIMERS};
 use crate::keygroup::key_group_of;
 use crate::operator::{OperatorContext, StateBrowse};
@@ -83,8 +83,7 @@ impl KeyedCore {
         call: impl FnOnce(&mut KeyedContext<'_, K>, &mut Output<'_, O>) -> Result<()>,
     ) -> Result<()> {
         self.key_bytes.clear();
-        bincode::serde::encode_into_std_write(key, &mut self.key_bytes, bincode::config::standard())
-            .map_err(key_codec_error)?;
+        append_encoded(key, &mut self.key_bytes).map_err(key_codec_error)?;
         let key_group = key_group_of(key, max_parallelism);
         self.call(key_group, 0..self.key_bytes.len(), backend, key, ts, now, broadcast, out, call)
     }
@@ -113,8 +112,7 @@ impl KeyedCore {
 
     #[inline]
     fn push_key<K: Key>(&mut self, key: &K, max_parallelism: u32) -> Result<()> {
-        bincode::serde::encode_into_std_write(key, &mut self.key_bytes, bincode::config::standard())
-            .map_err(key_codec_error)?;
+        append_encoded(key, &mut self.key_bytes).map_err(key_codec_error)?;
         self.keys.push((key_group_of(key, max_parallelism), self.key_bytes.len()));
         Ok(())
     }

@@ -400,9 +400,29 @@ fn encode<T: Serialize + ?Sized>(state: &StateId, v: &T) -> Result<Vec<u8>> {
 /// [`encode`] into `out` (cleared first), whose allocation is reused.
 fn encode_into<T: Serialize + ?Sized>(state: &StateId, v: &T, out: &mut Vec<u8>) -> Result<()> {
     out.clear();
-    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
-        .map(|_| ())
-        .map_err(|e| codec_error(state, e))
+    append_encoded(v, out).map_err(|e| codec_error(state, e))
+}
+
+/// Appends `v`'s bincode encoding to `out`. A value of up to 16 bytes (a key, a counter, a
+/// timestamp) is encoded into a buffer on the stack and appended at once: through
+/// `std::io::Write` every piece of it (a varint's marker and its bytes) is an append call
+/// of its own.
+#[inline]
+pub(crate) fn append_encoded<T: Serialize + ?Sized>(
+    v: &T,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), bincode::error::EncodeError> {
+    let mut small = [0u8; 16];
+    match bincode::serde::encode_into_slice(v, &mut small, bincode::config::standard()) {
+        Ok(n) => {
+            out.extend_from_slice(&small[..n]);
+            Ok(())
+        }
+        Err(bincode::error::EncodeError::UnexpectedEnd) => {
+            bincode::serde::encode_into_std_write(v, out, bincode::config::standard()).map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn decode<T: DeserializeOwned>(state: &StateId, bytes: &[u8]) -> Result<T> {
