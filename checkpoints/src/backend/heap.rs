@@ -140,11 +140,6 @@ impl Group {
         }
     }
 
-    /// Every `(map key, value)` of `slot` in map-key order.
-    fn entries<'a>(&'a self, slot: &'a Slot) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        slot.entries(&self.spill)
-    }
-
     /// The slots with their prefixes, sorted by prefix.
     fn sorted(&self) -> Vec<(&[u8], &Slot)> {
         let mut slots: Vec<(&[u8], &Slot)> = self.table.iter().map(|s| (s.prefix(&self.spill), s)).collect();
@@ -156,7 +151,9 @@ impl Group {
     fn sorted_entries(&self) -> Vec<(Vec<u8>, &[u8])> {
         self.sorted()
             .into_iter()
-            .flat_map(|(prefix, slot)| self.entries(slot).map(move |(mk, v)| (full_key(prefix, mk), v)))
+            .flat_map(|(prefix, slot)| {
+                slot.entries(&self.spill).map(move |(mk, v)| (full_key(prefix, mk), v))
+            })
             .collect()
     }
 }
@@ -363,8 +360,9 @@ impl HeapStateBackend {
         found
     }
 
-    /// The slot `hint` names for `key`, when nothing has moved in its table since the hint
-    /// was taken (checked by the slot's hash, and by its whole prefix in debug builds).
+    /// The group whose bucket `hint` names `key`'s slot in, when nothing has moved in its
+    /// table since the hint was taken (checked by the slot's hash, and by its whole prefix in
+    /// debug builds).
     #[inline]
     fn hinted_group(&mut self, key: &StateKey<'_>, hint: &EntryHint) -> Option<&mut Group> {
         if hint.key_group != key.key_group {
@@ -590,8 +588,8 @@ impl KeyedStateBackend for HeapStateBackend {
         let mut prefix = Vec::new();
         key.encode_prefix_into(&mut prefix)?;
         Ok(match g.find_key(key).and_then(|b| g.table.get(b)) {
-            Some(slot) => g
-                .entries(slot)
+            Some(slot) => slot
+                .entries(&g.spill)
                 .map(|(mk, v)| RawEntry { key: full_key(&prefix, mk), value: v.to_vec() })
                 .collect(),
             None => Vec::new(),
@@ -626,7 +624,7 @@ impl KeyedStateBackend for HeapStateBackend {
         slots.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut entries: Vec<RawEntry> = slots
             .into_iter()
-            .flat_map(|(prefix, slot)| g.entries(slot).map(move |(mk, v)| (prefix, mk, v)))
+            .flat_map(|(prefix, slot)| slot.entries(&g.spill).map(move |(mk, v)| (prefix, mk, v)))
             .map(|(p, mk, v)| RawEntry { key: full_key(p, mk), value: v.to_vec() })
             .filter(|e| after.is_none_or(|a| e.key.as_slice() > a))
             .take(limit.saturating_add(1))
@@ -647,7 +645,7 @@ impl KeyedStateBackend for HeapStateBackend {
             .zip(self.groups.iter().map(GroupCell::get))
             .map(|(kg, g)| KeyGroupStats {
                 key_group: kg,
-                entries: g.table.iter().map(|slot| g.entries(slot).count() as u64).sum(),
+                entries: g.table.iter().map(|slot| slot.entries(&g.spill).count() as u64).sum(),
                 bytes: g.table.iter().map(|slot| slot.bytes(&g.spill)).sum(),
             })
             .collect())
