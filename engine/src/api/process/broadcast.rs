@@ -8,6 +8,7 @@
 //! broadcast states agree: subtask 0 snapshots it, and on restore every subtask (at any
 //! parallelism) starts from that copy.
 
+use super::codec;
 use super::connect::TwoInputs;
 use super::context::{KeyedContext, Output};
 use super::keyed_core::{HasKeyedCore, KeyedCore, Now};
@@ -65,13 +66,11 @@ fn codec_error(map: &str, e: impl std::fmt::Display) -> Error {
 }
 
 fn encode<T: Serialize + ?Sized>(map: &str, v: &T) -> Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(v, bincode::config::standard()).map_err(|e| codec_error(map, e))
+    codec::encode_to_vec(v).map_err(|e| codec_error(map, e))
 }
 
 fn decode<T: DeserializeOwned>(map: &str, bytes: &[u8]) -> Result<T> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-        .map(|(v, _)| v)
-        .map_err(|e| codec_error(map, e))
+    codec::decode(bytes).map_err(|e| codec_error(map, e))
 }
 
 /// Read access to one broadcast map.

@@ -4,9 +4,10 @@
 use std::ops::Range;
 
 use super::broadcast::BroadcastState;
+use super::codec::{self, append_encoded};
 use super::context::{KeyedContext, Output};
 use super::side_output::{SideRecords, Tagged};
-use super::state::{append_encoded, Clocks, StateRegistry, TtlCleanup};
+use super::state::{Clocks, StateRegistry, TtlCleanup};
 use super::timers::{TimeDomain, Timers, EVENT_TIMERS, PROCESSING_TIMERS};
 use crate::keygroup::key_group_of;
 use crate::operator::{OperatorContext, StateBrowse};
@@ -208,9 +209,7 @@ impl KeyedCore {
         let mut guard = ctx.keyed_state()?;
         let backend: &mut dyn KeyedStateBackend = &mut *guard;
         while let Some((ts, key_group, key_bytes)) = self.timers.of(domain).pop_due(due) {
-            let (key, _): (K, usize) =
-                bincode::serde::decode_from_slice(&key_bytes, bincode::config::standard())
-                    .map_err(key_codec_error)?;
+            let key: K = codec::decode(&key_bytes).map_err(key_codec_error)?;
             let mut kctx = KeyedContext {
                 key: &key,
                 key_bytes: &key_bytes,
@@ -285,15 +284,13 @@ impl KeyedCore {
         let typed: K = serde_json::from_value(key.clone()).map_err(|e| {
             Error::Operator(format!("{key} is not a key of type {}: {e}", std::any::type_name::<K>()))
         })?;
-        let encoded =
-            bincode::serde::encode_to_vec(&typed, bincode::config::standard()).map_err(key_codec_error)?;
+        let encoded = codec::encode_to_vec(&typed).map_err(key_codec_error)?;
         Ok((key_group_of(&typed, max_parallelism), encoded))
     }
 
     /// The state browser: a stored key as JSON.
     pub(crate) fn key_to_json<K: Key>(key: &[u8]) -> Option<serde_json::Value> {
-        let (k, _): (K, usize) = bincode::serde::decode_from_slice(key, bincode::config::standard()).ok()?;
-        serde_json::to_value(k).ok()
+        serde_json::to_value(codec::decode::<K>(key).ok()?).ok()
     }
 
     /// The state browser: a stored value as JSON (timers by kind, states the subtask used).

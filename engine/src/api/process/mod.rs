@@ -45,6 +45,7 @@
 //! ```
 
 mod broadcast;
+mod codec;
 mod connect;
 mod context;
 mod function;

@@ -5,6 +5,7 @@
 //! after the operator that keeps the main records; each `side_output(&TAG)` adds another
 //! that keeps (and decodes) the records of that tag.
 
+use super::codec;
 use crate::operator::{Operator, OperatorContext};
 use crate::types::{Batch, Data, Record, Timestamp};
 use crate::{Error, Result};
@@ -73,7 +74,7 @@ pub(crate) struct SideRecords(Vec<Record<(u64, Vec<u8>)>>);
 
 impl SideRecords {
     pub(crate) fn push<S: Serialize>(&mut self, tag: &OutputTag<S>, ts: Timestamp, value: &S) -> Result<()> {
-        let bytes = bincode::serde::encode_to_vec(value, bincode::config::standard())
+        let bytes = codec::encode_to_vec(value)
             .map_err(|e| Error::Internal(format!("side output `{}`: {e}", tag.id())))?;
         self.0.push(Record::new(ts, (tag.hash(), bytes)));
         Ok(())
@@ -126,9 +127,8 @@ impl<O: Data, S: Data> Operator for SideOutput<O, S> {
         for r in batch {
             if let Tagged::Side(hash, bytes) = r.value {
                 if hash == self.hash {
-                    let (value, _) =
-                        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
-                            .map_err(|e| Error::CorruptState(format!("side output `{}`: {e}", self.id)))?;
+                    let value = codec::decode(&bytes)
+                        .map_err(|e| Error::CorruptState(format!("side output `{}`: {e}", self.id)))?;
                     out.push(Record::new(r.ts, value));
                 }
             }

@@ -10,6 +10,7 @@
 //!
 //! [`KeyedContext`]: super::KeyedContext
 
+use super::codec;
 use crate::types::Timestamp;
 use crate::{Error, Result};
 use caudal_checkpoints::backend::{decode_list, frame_list_element};
@@ -310,13 +311,11 @@ fn value_to_json<V: Serialize + DeserializeOwned>(
     layout: Layout,
 ) -> Option<serde_json::Value> {
     let one = |b: &[u8]| -> Option<serde_json::Value> {
-        let config = bincode::config::standard();
         if ttl {
-            let ((expiry, v), _): ((i64, V), usize) = bincode::serde::decode_from_slice(b, config).ok()?;
+            let (expiry, v): (i64, V) = codec::decode(b).ok()?;
             Some(serde_json::json!({ "value": serde_json::to_value(v).ok()?, "expires_at": expiry }))
         } else {
-            let (v, _): (V, usize) = bincode::serde::decode_from_slice(b, config).ok()?;
-            serde_json::to_value(v).ok()
+            serde_json::to_value(codec::decode::<V>(b).ok()?).ok()
         }
     };
     match layout {
@@ -394,46 +393,23 @@ fn codec_error(state: &StateId, e: impl std::fmt::Display) -> Error {
 }
 
 fn encode<T: Serialize + ?Sized>(state: &StateId, v: &T) -> Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(v, bincode::config::standard()).map_err(|e| codec_error(state, e))
+    codec::encode_to_vec(v).map_err(|e| codec_error(state, e))
 }
 
 /// [`encode`] into `out` (cleared first), whose allocation is reused.
 fn encode_into<T: Serialize + ?Sized>(state: &StateId, v: &T, out: &mut Vec<u8>) -> Result<()> {
     out.clear();
-    append_encoded(v, out).map_err(|e| codec_error(state, e))
-}
-
-/// Appends `v`'s bincode encoding to `out`. A value of up to 16 bytes (a key, a counter, a
-/// timestamp) is encoded into a buffer on the stack and appended at once: through
-/// `std::io::Write` every piece of it (a varint's marker and its bytes) is an append call
-/// of its own.
-#[inline]
-pub(crate) fn append_encoded<T: Serialize + ?Sized>(
-    v: &T,
-    out: &mut Vec<u8>,
-) -> std::result::Result<(), bincode::error::EncodeError> {
-    let mut small = [0u8; 16];
-    match bincode::serde::encode_into_slice(v, &mut small, bincode::config::standard()) {
-        Ok(n) => {
-            out.extend_from_slice(&small[..n]);
-            Ok(())
-        }
-        Err(bincode::error::EncodeError::UnexpectedEnd) => {
-            bincode::serde::encode_into_std_write(v, out, bincode::config::standard()).map(|_| ())
-        }
-        Err(e) => Err(e),
-    }
+    codec::append_encoded(v, out).map_err(|e| codec_error(state, e))
 }
 
 fn decode<T: DeserializeOwned>(state: &StateId, bytes: &[u8]) -> Result<T> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-        .map(|(v, _)| v)
+    codec::decode(bytes)
         .map_err(|e| codec_error(state, format!("{e} (stored by another version of the job?)")))
 }
 
 /// The expiry time in front of a TTL value.
 fn expiry_of(bytes: &[u8]) -> Option<i64> {
-    bincode::serde::decode_from_slice::<i64, _>(bytes, bincode::config::standard()).ok().map(|(e, _)| e)
+    codec::decode::<i64>(bytes).ok()
 }
 
 /// A stored value, `None` when it expired by `clocks`.
