@@ -128,7 +128,9 @@ fn proc_status_kb(key: &str) -> u64 {
 
 fn run_child(args: &Args, pipeline: Pipeline, parallelism: u32, backend: Backend) -> anyhow::Result<()> {
     let (records, sensors) = (args.records, args.sensors);
-    let mut config = JobConfig { parallelism, handle_signals: false, ..JobConfig::default() };
+    // CAUDAL__* settings (batch size, channel capacity, …) apply, as they do to any job.
+    let mut config =
+        JobConfig { parallelism, handle_signals: false, ..JobConfig::default() }.with_env_overrides()?;
     config.state.kind = match backend {
         Backend::Heap => caudal_checkpoints::BackendKind::Heap,
         Backend::Rocksdb => caudal_checkpoints::BackendKind::Rocksdb,
