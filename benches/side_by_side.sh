@@ -50,7 +50,7 @@ done
 
 flink_net() {
   "$HERE/flink/run.sh" --pipeline "$pipeline" --records "$records" --sensors "$sensors" \
-    --state "$state" --parallelism "$parallelism" 2>&1 |
+    --state "$state" --parallelism "$parallelism" |
     sed -n 's/.*flink job net runtime \([0-9.]*\) s.*/\1/p'
 }
 caudal_secs() {
