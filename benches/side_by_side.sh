@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # One row of the throughput table, Caudal against Apache Flink 2.3, run in pairs: each round
-# runs the pipeline once on Flink (benches/flink/run.sh, one JVM with its warm-up job), waits,
-# then once on Caudal (target/release/throughput --child), and prints both times and their
-# ratio. On a shared machine a single run's time moves by a third for either engine; a pair
-# taken within seconds of each other sees the same machine, and the median of the pairs' ratios
-# is the figure to quote (with the spread).
+# runs the pipeline once on Flink (benches/flink/run.sh, one JVM with its warm-up job) and once
+# on Caudal (target/release/throughput --child), a pause before each run, and prints both
+# times and their ratio. On a shared machine a single run's time moves by a third for either
+# engine; a pair taken within seconds of each other sees the same machine, and the median of
+# the pairs' ratios is the figure to quote (with the spread). The engines take turns going
+# first (Flink in odd rounds, Caudal in even ones): a run right after the other engine's is
+# slower more often, and always the same engine second would charge that to it alone.
 #
 #   benches/side_by_side.sh [--pipeline count|timers|alerts|temperature] [--records N]
 #                           [--sensors N] [--state heap|rocksdb] [--parallelism P]
 #                           [--rounds N] [--pause SECS]
 #
 # Defaults: the count pipeline, 20,000,000 readings, 10,000 sensors, heap state, p=1, 8 rounds,
-# a 5 s pause between the engines (the first run right after the JVM exits is slower).
+# a 5 s pause before every run.
 # Flink's time is its net job runtime (JobExecutionResult.getNetRuntime(): no JVM start, no
 # MiniCluster start or stop); Caudal's is the wall clock around execute(), its job start and
 # stop included. Never builds Caudal: run `cargo build --release -p caudal-benches --bin
@@ -59,17 +61,23 @@ caudal_secs() {
 }
 
 echo "# $pipeline, $records readings, $sensors sensors, $state state, p=$parallelism; tree $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo '?'); $(uptime | sed 's/.*load average/load average/')"
-printf '%-9s %12s %10s %7s\n' "UTC" "flink net s" "caudal s" "ratio"
+printf '%-9s %-7s %12s %10s %7s\n' "UTC" "first" "flink net s" "caudal s" "ratio"
 ratios=()
-for _ in $(seq "$rounds"); do
+run_flink() {
+  sleep "$pause"
   f=$(flink_net)
   [[ -n $f ]] || die "Flink printed no net runtime (log: ${CAUDAL_CACHE:-$HOME/.cache/caudal}/flink-bench/last-run.log)"
+}
+run_caudal() {
   sleep "$pause"
   c=$(caudal_secs)
   [[ -n $c ]] || die "Caudal printed no time"
+}
+for round in $(seq "$rounds"); do
+  if (( round % 2 )); then first=flink; run_flink; run_caudal; else first=caudal; run_caudal; run_flink; fi
   r=$(awk -v f="$f" -v c="$c" 'BEGIN { printf "%.2f", f / c }')
   ratios+=("$r")
-  printf '%-9s %12s %10s %6sx\n' "$(date -u +%H:%M:%S)" "$f" "$c" "$r"
+  printf '%-9s %-7s %12s %10s %6sx\n' "$(date -u +%H:%M:%S)" "$first" "$f" "$c" "$r"
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{ a[NR] = $1 }
   END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
