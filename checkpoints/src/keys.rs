@@ -127,33 +127,35 @@ impl<'a> StateKey<'a> {
 
     /// Whether `prefix` is this key's encoded prefix ([`Self::encode_prefix_into`]'s
     /// bytes), compared part by part without encoding it. The total length is checked
-    /// first: it fixes where every part starts, so no part is looked for.
-    #[inline]
+    /// first: it fixes where every part starts, so no part is looked for, and the prefix is
+    /// split at those places once (no part is bounds-checked again).
+    #[inline(always)]
     pub fn prefix_matches(&self, prefix: &[u8]) -> bool {
-        let state = self.state.encoded();
-        let (key_at, namespace_at) = (2 + state.len() + 2, 2 + state.len() + 2 + self.key.len() + 2);
-        if prefix.len() != namespace_at + self.namespace.len() {
+        let (state, key, namespace) = (self.state.encoded(), self.key, self.namespace);
+        if prefix.len() != 6 + state.len() + key.len() + namespace.len() {
             return false;
         }
-        let (Ok(key_len), Ok(namespace_len)) =
-            (u16::try_from(self.key.len()), u16::try_from(self.namespace.len()))
-        else {
-            return false;
-        };
-        prefix[..2] == self.key_group.to_be_bytes()
-            && bytes_eq(&prefix[2..key_at - 2], state)
-            && prefix[key_at - 2..key_at] == key_len.to_be_bytes()
-            && bytes_eq(&prefix[key_at..namespace_at - 2], self.key)
-            && prefix[namespace_at - 2..namespace_at] == namespace_len.to_be_bytes()
-            && bytes_eq(&prefix[namespace_at..], self.namespace)
+        let Some((group, rest)) = prefix.split_first_chunk::<2>() else { return false };
+        let (stored_state, rest) = rest.split_at(state.len());
+        let Some((key_len, rest)) = rest.split_first_chunk::<2>() else { return false };
+        let (stored_key, rest) = rest.split_at(key.len());
+        let Some((namespace_len, stored_namespace)) = rest.split_first_chunk::<2>() else { return false };
+        // A part longer than a u16 holds never matches a stored length.
+        *group == self.key_group.to_be_bytes()
+            && usize::from(u16::from_be_bytes(*key_len)) == key.len()
+            && usize::from(u16::from_be_bytes(*namespace_len)) == namespace.len()
+            && bytes_eq(stored_state, state)
+            && bytes_eq(stored_key, key)
+            && bytes_eq(stored_namespace, namespace)
     }
 }
 
 /// `a == b`, without a call to `memcmp` for slices of up to 32 bytes — the size of most
 /// keys' parts and prefixes (a prefix is 16 bytes with a 6-byte state name and a small
 /// integer key, 19 with "last-seen"), for which the call costs more than the comparison
-/// (two overlapping loads per side here).
-#[inline]
+/// (two overlapping loads per side here). Always inlined: at a call the lengths are often
+/// known equal already, or the slice empty, and the dispatch below then folds away.
+#[inline(always)]
 pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {

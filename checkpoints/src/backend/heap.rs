@@ -76,7 +76,7 @@ impl Group {
     }
 
     /// The bucket of the slot under `key`'s prefix (compared part by part: nothing encoded).
-    #[inline]
+    #[inline(always)]
     fn find_key(&self, key: &StateKey<'_>) -> Option<usize> {
         self.table.find(self.hash_key(key), |s| key.prefix_matches(s.prefix(&self.spill)))
     }
@@ -345,7 +345,7 @@ impl HeapStateBackend {
 
     /// The bucket of `key`'s slot in `g`, its key group's table: the one used last when it
     /// is the key's, else where its announcement found it, else looked up by its parts.
-    #[inline]
+    #[inline(always)]
     fn locate(&self, g: &Group, key: &StateKey<'_>) -> Option<usize> {
         if let Some(bucket) = last_bucket(self.last.get(), g, key) {
             return Some(bucket);
@@ -464,6 +464,7 @@ impl HeapStateBackend {
 
 /// The bucket of `key`'s slot in `group` when it is the one `last` names (the key group and
 /// bucket used last).
+#[inline(always)]
 fn last_bucket(last: Option<(u16, usize)>, group: &Group, key: &StateKey<'_>) -> Option<usize> {
     let (_, bucket) = last.filter(|(kg, _)| *kg == key.key_group)?;
     key.prefix_matches(group.prefix_at(bucket)?).then_some(bucket)
@@ -760,7 +761,9 @@ mod tests {
     #[test]
     fn an_announced_lookup_is_checked_at_the_access() {
         let id = StateId::new("count").unwrap();
-        let keys: Vec<[u8; 4]> = (0..64u32).map(u32::to_be_bytes).collect();
+        // As many keys as it may take to fill the bucket again (the hash is seeded at random:
+        // with 64 keys a run could run out of keys first and panic on the index).
+        let keys: Vec<[u8; 4]> = (0..1 << 16).map(u32::to_be_bytes).collect();
         let key = |k: usize| StateKey::new(0, &id, &keys[k]);
         let mut b = HeapStateBackend::new(KeyGroupRange::new(0, 1)).announce_from(0);
         b.put(&key(0), b"zero").unwrap();

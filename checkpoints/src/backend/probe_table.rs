@@ -64,7 +64,7 @@ impl<T: Hashed> ProbeTable<T> {
     }
 
     /// The bucket of the entry with `hash` for which `eq` holds.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<usize> {
         if self.buckets.is_empty() {
             return None;

@@ -204,7 +204,7 @@ impl Slot {
         i
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn prefix<'a>(&'a self, spill: &'a Spill) -> &'a [u8] {
         match self.spilled() {
             None => &self.inline[..usize::from(self.prefix_len)],

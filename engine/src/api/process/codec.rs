@@ -39,12 +39,21 @@ pub(crate) fn encode_to_vec<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, Enc
 /// value) is encoded into a buffer on the stack and appended at once: through
 /// `std::io::Write` every piece of it (a varint's marker and its bytes) is an append call
 /// of its own.
-#[inline]
+///
+/// The integer path is inlined into the caller (a key's encoding per record); the rest is
+/// a call.
+#[inline(always)]
 pub(crate) fn append_encoded<T: Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     if let Ok(int) = v.serialize(IntegerProbe) {
         append_varint(int, out);
         return Ok(());
     }
+    append_bincode(v, out)
+}
+
+/// [`append_encoded`] for anything but a plain integer.
+#[inline(never)]
+fn append_bincode<T: Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let mut small = [0u8; 16];
     match bincode::serde::encode_into_slice(v, &mut small, bincode::config::standard()) {
         Ok(n) => {

@@ -80,8 +80,18 @@ impl SideRecords {
         Ok(())
     }
 
-    /// Moves the side records into the operator's output.
+    /// Moves the side records into the operator's output. Called after every element,
+    /// which mostly emits none: the empty case is one length check, not a call (an empty
+    /// `extend` was 3 % of the count pipeline's keyed thread).
+    #[inline]
     pub(crate) fn drain_into<O>(&mut self, out: &mut Batch<Tagged<O>>) {
+        if !self.0.is_empty() {
+            self.move_into(out);
+        }
+    }
+
+    #[inline(never)]
+    fn move_into<O>(&mut self, out: &mut Batch<Tagged<O>>) {
         out.extend(self.0.drain(..).map(|r| Record::new(r.ts, Tagged::Side(r.value.0, r.value.1))));
     }
 }
