@@ -58,7 +58,7 @@ fn half_word(bytes: &[u8], at: usize) -> u64 {
 
 impl PrefixHasher {
     /// The hash of `key`'s prefix.
-    #[inline]
+    #[inline(always)]
     pub(super) fn hash_key(&self, key: &StateKey<'_>) -> u64 {
         self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace)
     }
@@ -74,7 +74,7 @@ impl PrefixHasher {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn hash_parts(&self, key_group: u16, state: u64, key: &[u8], namespace: &[u8]) -> u64 {
         // The key's hash is well mixed: the state's digest and the key group only move it.
         let mut h = self.hash_bytes(key) ^ state ^ (u64::from(key_group) << 48);
@@ -86,7 +86,7 @@ impl PrefixHasher {
     }
 
     /// The hash of `bytes`.
-    #[inline]
+    #[inline(always)]
     fn hash_bytes(&self, bytes: &[u8]) -> u64 {
         let [s0, s1, s2, s3] = self.seeds;
         let len = bytes.len();

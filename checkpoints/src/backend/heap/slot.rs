@@ -217,7 +217,7 @@ impl Slot {
     }
 
     /// The value at `map_key`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn get<'a>(&'a self, map_key: &[u8], spill: &'a Spill) -> Option<&'a [u8]> {
         match self.spilled() {
             None => {
@@ -234,7 +234,7 @@ impl Slot {
     }
 
     /// Changes the value at `map_key`, created empty if absent.
-    #[inline]
+    #[inline(always)]
     pub(super) fn change(&mut self, map_key: &[u8], change: Change<'_>, spill: &mut Spill) {
         let i = match self.spilled() {
             None => {

@@ -490,6 +490,7 @@ impl<'c> Scope<'c> {
         Ok(v)
     }
 
+    #[inline(always)]
     fn put_single<V: Serialize>(&mut self, d: &Descriptor, v: &V) -> Result<()> {
         let id = d.id()?;
         self.wrap_into_buffer(d, id, v)?;
