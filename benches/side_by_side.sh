@@ -60,9 +60,7 @@ caudal_secs() {
     --state-backend "$state" --parallelism "$parallelism" | sed -n 's/.*"seconds":\([0-9.]*\).*/\1/p'
 }
 
-echo "# $pipeline, $records readings, $sensors sensors, $state state, p=$parallelism; tree $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo '?'); $(uptime | sed 's/.*load average/load average/')"
-printf '%-9s %-7s %12s %10s %7s\n' "UTC" "first" "flink net s" "caudal s" "ratio"
-ratios=()
+# One run of each, a pause before it; the time goes to $f or $c.
 run_flink() {
   sleep "$pause"
   f=$(flink_net)
@@ -73,6 +71,10 @@ run_caudal() {
   c=$(caudal_secs)
   [[ -n $c ]] || die "Caudal printed no time"
 }
+
+echo "# $pipeline, $records readings, $sensors sensors, $state state, p=$parallelism; tree $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo '?'); $(uptime | sed 's/.*load average/load average/')"
+printf '%-9s %-7s %12s %10s %7s\n' "UTC" "first" "flink net s" "caudal s" "ratio"
+ratios=()
 for round in $(seq "$rounds"); do
   if (( round % 2 )); then first=flink; run_flink; run_caudal; else first=caudal; run_caudal; run_flink; fi
   r=$(awk -v f="$f" -v c="$c" 'BEGIN { printf "%.2f", f / c }')
