@@ -23,6 +23,14 @@ pub struct StateId {
     encoded: Arc<[u8]>,
     /// [`name_digest`] of the name: what the heap backend's hash takes for the state.
     digest: u64,
+    /// The state's part of a short prefix's image ([`StateKey::prefix_image`]): `encoded`
+    /// as [`small_image`] reads it, moved past the key group's two bytes (0 for a name too
+    /// long for any such prefix).
+    image: u128,
+    /// Where the key's part of that image starts, in bits.
+    tail_at: u32,
+    /// The length of a prefix of this state with no key and no namespace.
+    prefix_len: usize,
 }
 
 /// A stable 64-bit digest of a state's name (the heap backend hashes a state by it; from an
@@ -41,7 +49,10 @@ impl StateId {
         let mut encoded = Vec::with_capacity(name.len() + 1);
         encoded.push(len);
         encoded.extend_from_slice(name.as_bytes());
-        Ok(StateId { encoded: encoded.into(), digest: name_digest(name.as_bytes()) })
+        let image = if encoded.len() <= 10 { small_image(&encoded) << 16 } else { 0 };
+        let (tail_at, prefix_len) = (8 * (2 + encoded.len().min(10)) as u32, 6 + encoded.len());
+        let digest = name_digest(name.as_bytes());
+        Ok(StateId { encoded: encoded.into(), digest, image, tail_at, prefix_len })
     }
 
     /// The state's name.
@@ -125,6 +136,28 @@ impl<'a> StateKey<'a> {
         Ok(())
     }
 
+    /// The encoded prefix ([`Self::encode_prefix_into`]'s bytes) as one little-endian
+    /// `u128` (its first byte the lowest), with its length; `None` unless it is at most 16
+    /// bytes with no namespace and a key of up to 6 bytes. Worked out in registers from the
+    /// parts: a short prefix (a state name of up to 9 letters, a small integer key) is
+    /// hashed and compared as two words, with no bytes written and read back (see the heap
+    /// backend's prefix hash). The namespace's length, zero, is the image's zero bytes.
+    #[inline(always)]
+    pub(crate) fn prefix_image(&self) -> Option<(u128, usize)> {
+        let key = self.key.len();
+        let len = self.state.prefix_len + key;
+        if len > 16 || key > 6 || !self.namespace.is_empty() {
+            return None;
+        }
+        // The key's length (big-endian) and bytes fill at most 8 bytes; they start right
+        // after the state's name, which ends within the first 12.
+        let tail = u64::from((key as u16).swap_bytes()) | small_word(self.key) << 16;
+        let image = u128::from(self.key_group.swap_bytes())
+            | self.state.image
+            | u128::from(tail) << self.state.tail_at;
+        Some((image, len))
+    }
+
     /// Whether `prefix` is this key's encoded prefix ([`Self::encode_prefix_into`]'s
     /// bytes), compared part by part without encoding it. The total length is checked
     /// first: it fixes where every part starts, so no part is looked for, and the prefix is
@@ -168,6 +201,35 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
         8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
         17..=32 => word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16),
         _ => a == b,
+    }
+}
+
+/// Up to 16 bytes as a little-endian `u128` (the first byte the lowest, zeros above the
+/// last), read with at most two loads that may overlap (the bytes they share are the same).
+/// Bytes past the 16th are not taken.
+pub(crate) fn small_image(b: &[u8]) -> u128 {
+    let n = b.len().min(16);
+    if n <= 8 {
+        return u128::from(small_word(b));
+    }
+    let (lo, hi) = (u64::from_le_bytes(word::<8>(b, 0)), u64::from_le_bytes(word::<8>(b, n - 8)));
+    u128::from(lo) | u128::from(hi) << (8 * (n - 8))
+}
+
+/// Up to 8 bytes as a little-endian `u64`, as [`small_image`] reads them (bytes past the
+/// 8th are not taken).
+#[inline(always)]
+pub(crate) fn small_word(b: &[u8]) -> u64 {
+    let n = b.len().min(8);
+    match n {
+        0 => 0,
+        1..=3 => {
+            u64::from(b[0]) | u64::from(b[n / 2]) << (8 * (n / 2)) | u64::from(b[n - 1]) << (8 * (n - 1))
+        }
+        _ => {
+            let (lo, hi) = (u32::from_le_bytes(word::<4>(b, 0)), u32::from_le_bytes(word::<4>(b, n - 4)));
+            u64::from(lo) | u64::from(hi) << (8 * (n - 4))
+        }
     }
 }
 
@@ -312,6 +374,49 @@ mod tests {
         assert_eq!(d.key, b"sensor-1");
         assert_eq!(d.namespace, b"w");
         assert_eq!(d.map_key, b"mk");
+    }
+
+    /// A short prefix's image is its encoded bytes, read as [`small_image`] reads them, for
+    /// every state name, key and key group whose prefix has one; and exactly the prefixes
+    /// of at most 16 bytes, with no namespace and a key of up to 6 bytes, have one.
+    #[test]
+    fn a_short_prefix_image_is_its_encoded_bytes() {
+        let states =
+            ["a", "count", "last-seen", "ninechars", "a-longer-state-name"].map(|n| StateId::new(n).unwrap());
+        for state in &states {
+            for key_len in 0..=10u8 {
+                let key: Vec<u8> = (0..key_len).map(|i| 0xf0 ^ i.wrapping_mul(37)).collect();
+                for namespace in [&b""[..], b"w"] {
+                    for key_group in [0u16, 1, 0x1234, 0xff00, u16::MAX] {
+                        let k = StateKey { key_group, state, key: &key, namespace, map_key: &[] };
+                        let mut prefix = Vec::new();
+                        k.encode_prefix_into(&mut prefix).unwrap();
+                        let fits = prefix.len() <= 16 && key.len() <= 6 && namespace.is_empty();
+                        let expected = fits.then(|| (small_image(&prefix), prefix.len()));
+                        assert_eq!(k.prefix_image(), expected, "{state} key {key:?} namespace {namespace:?}");
+                        if fits {
+                            let image = small_image(&prefix).to_le_bytes();
+                            assert_eq!(&image[..prefix.len()], &prefix[..]);
+                            assert!(image[prefix.len()..].iter().all(|b| *b == 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Up to 16 bytes read as one little-endian number, byte by byte the same at every
+    /// length (the loads overlap differently at each); bytes past 16 are not taken.
+    #[test]
+    fn small_image_reads_every_byte_once() {
+        let bytes: Vec<u8> = (1..=20).collect();
+        for n in 0..=20 {
+            let expected = bytes[..n.min(16)].iter().rev().fold(0u128, |acc, b| acc << 8 | u128::from(*b));
+            assert_eq!(small_image(&bytes[..n]), expected, "{n} bytes");
+            if n <= 8 {
+                assert_eq!(u128::from(small_word(&bytes[..n])), expected, "{n} bytes as a word");
+            }
+        }
     }
 
     #[test]

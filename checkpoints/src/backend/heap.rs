@@ -75,10 +75,17 @@ impl Group {
         self.find_hashed(self.hash_encoded(prefix), prefix)
     }
 
-    /// The bucket of the slot under `key`'s prefix (compared part by part: nothing encoded).
+    /// The bucket of the slot under `key`'s prefix: a short prefix hashed and compared as
+    /// its image, a longer one part by part (nothing encoded either way).
     #[inline(always)]
     fn find_key(&self, key: &StateKey<'_>) -> Option<usize> {
-        self.table.find(self.hash_key(key), |s| key.prefix_matches(s.prefix(&self.spill)))
+        let Some((image, len)) = key.prefix_image() else {
+            return self.table.find(self.hash_key(key), |s| key.prefix_matches(s.prefix(&self.spill)));
+        };
+        let hash = tagged(self.hasher.hash_image(image, len));
+        self.table.find(hash, |s| {
+            s.prefix_is(image, len).unwrap_or_else(|| key.prefix_matches(s.prefix(&self.spill)))
+        })
     }
 
     fn find_hashed(&self, hash: u64, prefix: &[u8]) -> Option<usize> {

@@ -8,7 +8,13 @@
 //! record came in, the state's name is hashed once into its [`StateId`]'s digest, and an
 //! entry restored from encoded bytes is hashed from its decoded parts, the same way.
 //!
-//! A key of up to 16 bytes is two word loads and two folded multiplies with the seeds, up
+//! A prefix of up to 16 bytes with no namespace and a key of up to 6 bytes (a short state
+//! name and an integer key: most keyed state outside windows) is hashed as its image, the
+//! prefix as one 128-bit number put together in registers from the key group, the state's
+//! precomputed part and the key's bytes ([`StateKey::prefix_image`]); the table compares
+//! it with a slot's prefix as two words too. An encoded prefix of that shape is hashed from
+//! the same image, read from its bytes. Every other prefix is hashed from its parts: a key
+//! of up to 16 bytes is two word loads and two folded multiplies with the seeds, up
 //! to 32 bytes three; longer ones go to ahash (ahash's portable path, the one without AES,
 //! spends three dependent multiplies and a call on any slice). The seeds are random per
 //! table, as ahash's are: keys come from the data, so an input must not be able to aim at
@@ -16,8 +22,9 @@
 //! ahash's fallback hashes).
 //!
 //! [`StateId`]: crate::keys::StateId
+//! [`StateKey::prefix_image`]: crate::keys::StateKey::prefix_image
 
-use crate::keys::{decode_key, name_digest, StateKey};
+use crate::keys::{decode_key, name_digest, small_image, StateKey};
 
 /// A random seed and the hash it gives.
 #[derive(Debug, Clone)]
@@ -60,13 +67,32 @@ impl PrefixHasher {
     /// The hash of `key`'s prefix.
     #[inline(always)]
     pub(super) fn hash_key(&self, key: &StateKey<'_>) -> u64 {
-        self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace)
+        match key.prefix_image() {
+            Some((image, len)) => self.hash_image(image, len),
+            None => self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace),
+        }
+    }
+
+    /// The hash of a prefix of up to 16 bytes, from its image ([`StateKey::prefix_image`]).
+    #[inline(always)]
+    pub(super) fn hash_image(&self, image: u128, len: usize) -> u64 {
+        let [s0, s1, s2, s3] = self.seeds;
+        folded_multiply(folded_multiply(image as u64 ^ s0, (image >> 64) as u64 ^ s1) ^ s2, s3 ^ len as u64)
     }
 
     /// The hash of an encoded prefix: the same as [`Self::hash_key`]'s for the key it
     /// encodes (bytes that encode no key are hashed whole).
     pub(super) fn hash_encoded(&self, prefix: &[u8]) -> u64 {
         match decode_key(prefix) {
+            // The prefixes that have an image (`StateKey::prefix_image`).
+            Some(k)
+                if k.map_key.is_empty()
+                    && k.namespace.is_empty()
+                    && k.key.len() <= 6
+                    && prefix.len() <= 16 =>
+            {
+                self.hash_image(small_image(prefix), prefix.len())
+            }
             Some(k) if k.map_key.is_empty() => {
                 self.hash_parts(k.key_group, name_digest(k.state.as_bytes()), k.key, k.namespace)
             }

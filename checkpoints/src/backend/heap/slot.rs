@@ -204,6 +204,30 @@ impl Slot {
         i
     }
 
+    /// Whether the slot's prefix is the one `image` holds (`len` bytes of it, 8 to 16, see
+    /// [`StateKey::prefix_image`]); `None` when the prefix is spilled. Two word loads: the
+    /// inline bytes run past any such prefix, and the second word's bytes past `len` (the
+    /// value's) are masked off.
+    ///
+    /// [`StateKey::prefix_image`]: crate::keys::StateKey::prefix_image
+    #[inline(always)]
+    pub(super) fn prefix_is(&self, image: u128, len: usize) -> Option<bool> {
+        if self.len == SPILLED {
+            return None;
+        }
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&self.inline[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let high_mask = u64::MAX.checked_shr(8 * 16usize.saturating_sub(len) as u32).unwrap_or(0);
+        Some(
+            usize::from(self.prefix_len) == len
+                && word(0) == image as u64
+                && word(8) & high_mask == (image >> 64) as u64,
+        )
+    }
+
     #[inline(always)]
     pub(super) fn prefix<'a>(&'a self, spill: &'a Spill) -> &'a [u8] {
         match self.spilled() {
@@ -375,6 +399,40 @@ mod tests {
             let again = Slot::new(8, &[1; 40], &[], Change::Set(b"x"), &mut spill);
             assert_eq!(again.spilled(), spilled.or(Some(0)));
         }
+    }
+
+    /// A slot's prefix compared as an image: equal exactly when the bytes are, whatever
+    /// value follows the prefix inline (its bytes are masked off), and not answered for a
+    /// spilled slot (the caller compares the bytes).
+    #[test]
+    fn a_prefix_image_matches_exactly_its_own_prefix() {
+        use crate::keys::small_image;
+        let prefixes: Vec<Vec<u8>> = (8..=16usize)
+            .flat_map(|len| {
+                let base: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(29) | 1).collect();
+                let mut last_flipped = base.clone();
+                last_flipped[len - 1] ^= 0x80;
+                let mut first_flipped = base.clone();
+                first_flipped[0] ^= 1;
+                [base, last_flipped, first_flipped]
+            })
+            .collect();
+        let mut spill = Spill::default();
+        for prefix in &prefixes {
+            for value in [&b""[..], &[0], &[0xff; 3], &[7; 10]] {
+                let slot = Slot::new(1, prefix, &[], Change::Set(value), &mut spill);
+                for other in &prefixes {
+                    let same = Some(other == prefix);
+                    assert_eq!(
+                        slot.prefix_is(small_image(other), other.len()),
+                        same,
+                        "{prefix:?} / {other:?}"
+                    );
+                }
+            }
+        }
+        let spilled = Slot::new(1, &prefixes[0], b"map-key", Change::Set(b"v"), &mut spill);
+        assert_eq!(spilled.prefix_is(small_image(&prefixes[0]), prefixes[0].len()), None);
     }
 
     #[test]
