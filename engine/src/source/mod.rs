@@ -150,16 +150,23 @@ impl SplitWatermarks {
         }
     }
 
+    /// Called for every record a source emits: inlined, with a split seen for the first
+    /// time handled out of line.
+    #[inline]
     pub(crate) fn observe(&mut self, split: usize, ts: Timestamp, now: Instant) {
-        if split >= self.splits.len() {
-            self.splits
-                .resize(split + 1, SplitClock { max_ts: MIN_WATERMARK, last_active: now, finished: false });
-        }
-        let s = &mut self.splits[split];
+        let Some(s) = self.splits.get_mut(split) else { return self.observe_new(split, ts, now) };
         if ts > s.max_ts {
             s.max_ts = ts;
         }
         s.last_active = now;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn observe_new(&mut self, split: usize, ts: Timestamp, now: Instant) {
+        self.splits
+            .resize(split + 1, SplitClock { max_ts: MIN_WATERMARK, last_active: now, finished: false });
+        self.observe(split, ts, now);
     }
 
     /// Split `split` is not idle now, though it emitted nothing.
