@@ -27,10 +27,19 @@ pub struct StateId {
     /// as [`small_image`] reads it, moved past the key group's two bytes (0 for a name too
     /// long for any such prefix).
     image: u128,
-    /// Where the key's part of that image starts, in bits.
-    tail_at: u32,
-    /// The length of a prefix of this state with no key and no namespace.
-    prefix_len: usize,
+}
+
+/// The longest prefix with an image ([`StateKey::prefix_image`]).
+const IMAGE_MAX_LEN: usize = 16;
+/// The longest key of a prefix with an image: its length and bytes fill one `u64`.
+const IMAGE_MAX_KEY: usize = 6;
+
+/// Whether a prefix of `len` bytes, with a key of `key` bytes and a namespace of `namespace`
+/// bytes, has an image: the one rule for [`StateKey::prefix_image`] and for the heap
+/// backend's hash of an encoded prefix, which must agree.
+#[inline(always)]
+pub(crate) fn has_image(len: usize, key: usize, namespace: usize) -> bool {
+    len <= IMAGE_MAX_LEN && key <= IMAGE_MAX_KEY && namespace == 0
 }
 
 /// A stable 64-bit digest of a state's name (the heap backend hashes a state by it; from an
@@ -49,10 +58,10 @@ impl StateId {
         let mut encoded = Vec::with_capacity(name.len() + 1);
         encoded.push(len);
         encoded.extend_from_slice(name.as_bytes());
-        let image = if encoded.len() <= 10 { small_image(&encoded) << 16 } else { 0 };
-        let (tail_at, prefix_len) = (8 * (2 + encoded.len().min(10)) as u32, 6 + encoded.len());
+        // A prefix is 6 bytes more than the name's encoding: the key group and two lengths.
+        let image = if 6 + encoded.len() <= IMAGE_MAX_LEN { small_image(&encoded) << 16 } else { 0 };
         let digest = name_digest(name.as_bytes());
-        Ok(StateId { encoded: encoded.into(), digest, image, tail_at, prefix_len })
+        Ok(StateId { encoded: encoded.into(), digest, image })
     }
 
     /// The state's name.
@@ -144,17 +153,17 @@ impl<'a> StateKey<'a> {
     /// backend's prefix hash). The namespace's length, zero, is the image's zero bytes.
     #[inline(always)]
     pub(crate) fn prefix_image(&self) -> Option<(u128, usize)> {
-        let key = self.key.len();
-        let len = self.state.prefix_len + key;
-        if len > 16 || key > 6 || !self.namespace.is_empty() {
+        let (state, key) = (self.state.encoded().len(), self.key.len());
+        let len = 6 + state + key;
+        if !has_image(len, key, self.namespace.len()) {
             return None;
         }
         // The key's length (big-endian) and bytes fill at most 8 bytes; they start right
-        // after the state's name, which ends within the first 12.
+        // after the state's name, which ends within the first 12 (so the shift is below 128).
         let tail = u64::from((key as u16).swap_bytes()) | small_word(self.key) << 16;
         let image = u128::from(self.key_group.swap_bytes())
             | self.state.image
-            | u128::from(tail) << self.state.tail_at;
+            | u128::from(tail) << (8 * (2 + state));
         Some((image, len))
     }
 

@@ -80,7 +80,8 @@ impl Group {
     #[inline(always)]
     fn find_key(&self, key: &StateKey<'_>) -> Option<usize> {
         let Some((image, len)) = key.prefix_image() else {
-            return self.table.find(self.hash_key(key), |s| key.prefix_matches(s.prefix(&self.spill)));
+            let hash = tagged(self.hasher.hash_parts_of(key));
+            return self.table.find(hash, |s| key.prefix_matches(s.prefix(&self.spill)));
         };
         let hash = tagged(self.hasher.hash_image(image, len));
         self.table.find(hash, |s| {

@@ -24,7 +24,7 @@
 //! [`StateId`]: crate::keys::StateId
 //! [`StateKey::prefix_image`]: crate::keys::StateKey::prefix_image
 
-use crate::keys::{decode_key, name_digest, small_image, StateKey};
+use crate::keys::{decode_key, has_image, name_digest, small_image, StateKey};
 
 /// A random seed and the hash it gives.
 #[derive(Debug, Clone)]
@@ -69,8 +69,14 @@ impl PrefixHasher {
     pub(super) fn hash_key(&self, key: &StateKey<'_>) -> u64 {
         match key.prefix_image() {
             Some((image, len)) => self.hash_image(image, len),
-            None => self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace),
+            None => self.hash_parts_of(key),
         }
+    }
+
+    /// The hash of `key`'s prefix when it has no image ([`StateKey::prefix_image`] is `None`).
+    #[inline(always)]
+    pub(super) fn hash_parts_of(&self, key: &StateKey<'_>) -> u64 {
+        self.hash_parts(key.key_group, key.state.digest(), key.key, key.namespace)
     }
 
     /// The hash of a prefix of up to 16 bytes, from its image ([`StateKey::prefix_image`]).
@@ -85,12 +91,7 @@ impl PrefixHasher {
     pub(super) fn hash_encoded(&self, prefix: &[u8]) -> u64 {
         match decode_key(prefix) {
             // The prefixes that have an image (`StateKey::prefix_image`).
-            Some(k)
-                if k.map_key.is_empty()
-                    && k.namespace.is_empty()
-                    && k.key.len() <= 6
-                    && prefix.len() <= 16 =>
-            {
+            Some(k) if k.map_key.is_empty() && has_image(prefix.len(), k.key.len(), k.namespace.len()) => {
                 self.hash_image(small_image(prefix), prefix.len())
             }
             Some(k) if k.map_key.is_empty() => {
