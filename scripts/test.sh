@@ -8,7 +8,8 @@
 # 1. installs what the build and tests need from Debian (only what is missing),
 # 2. starts the test stack on loopback (Kafka, schema registry, PostgreSQL, Redis, S3, and the
 #    Iceberg REST catalog),
-# 3. runs `cargo test --workspace` with the stack's addresses exported and
+# 3. runs `cargo test --workspace --no-fail-fast` (each test binary under the deadline of
+#    scripts/test-timeout.sh) with the stack's addresses exported and
 #    CAUDAL_REQUIRE_STACK=1, so no test that needs a service can skip itself (among them
 #    schemas/tests/confluent_interop.rs: the official Confluent client, run with
 #    $CAUDAL_PYTHON, against Caudal's Avro in both directions plus check-stack.py's
@@ -58,7 +59,10 @@ step "build"
 cargo build --workspace --all-targets
 
 step "tests"
-cargo test --workspace "$@"
+# Every test binary runs under a deadline (scripts/test-timeout.sh), and one failing binary
+# does not stop the others: one run shows every failure.
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts/test-timeout.sh"
+cargo test --workspace --no-fail-fast "$@"
 
 step "lint"
 cargo fmt --all --check

@@ -199,6 +199,14 @@ impl JobConfig {
                 v.parse::<u64>()
                     .map_err(|_| Error::config(key.clone(), format!("expected a whole number, got `{v}`")))
             };
+            // A crash or pause point's checkpoint: a number, or `final`.
+            let parse_checkpoint = |v: &str| -> Result<u64> {
+                if v == "final" {
+                    Ok(crate::crash::FINAL)
+                } else {
+                    parse_u(v)
+                }
+            };
             match name {
                 "PARALLELISM" => self.parallelism = parse_u(&value)? as u32,
                 "MAX_PARALLELISM" => self.max_parallelism = parse_u(&value)? as u32,
@@ -236,9 +244,12 @@ impl JobConfig {
                 }
                 "TEST_CRASH_AT" => {
                     let (point, id) = value.rsplit_once(':').ok_or_else(|| {
-                        Error::config(key.clone(), "expected <point>:<checkpoint>, e.g. before-metadata:3")
+                        Error::config(
+                            key.clone(),
+                            "expected <point>:<checkpoint>, e.g. before-metadata:3 or during-sink-commit:final",
+                        )
                     })?;
-                    self.crash_at = Some((point.to_string(), parse_u(id)?));
+                    self.crash_at = Some((point.to_string(), parse_checkpoint(id)?));
                 }
                 "TEST_PAUSE_AT" => {
                     let bad = || {
@@ -250,7 +261,7 @@ impl JobConfig {
                     let mut parts = value.rsplitn(3, ':');
                     let (ms, id, point) = (parts.next(), parts.next(), parts.next());
                     let (Some(ms), Some(id), Some(point)) = (ms, id, point) else { return Err(bad()) };
-                    self.pause_at = Some((point.to_string(), parse_u(id)?, parse_u(ms)?));
+                    self.pause_at = Some((point.to_string(), parse_checkpoint(id)?, parse_u(ms)?));
                 }
                 "WEB_ALLOWED_HOSTS" => {
                     self.web_allowed_hosts = value

@@ -463,6 +463,7 @@ impl Coordinator {
                 // It failed, and the job tolerates that: take another.
                 Some(_) if self.in_flight.is_none() => {
                     self.final_checkpoint = Some(self.next_id);
+                    crate::crash::mark_final(self.next_id);
                     self.trigger(tasks, view);
                     return Ok(Tick::Continue);
                 }
@@ -473,6 +474,7 @@ impl Coordinator {
                 None if self.in_flight.is_some() => return Ok(Tick::Continue),
                 None => {
                     self.final_checkpoint = Some(self.next_id);
+                    crate::crash::mark_final(self.next_id);
                     self.trigger(tasks, view);
                     return Ok(Tick::Continue);
                 }

@@ -5,6 +5,10 @@
 //! no destructor, no flush, no signal handler, no core dump: what `kill -9` or the OOM killer
 //! does there. Unset, a point costs one atomic load.
 //!
+//! `<checkpoint>` may be `final`: the final checkpoint of the end of the input, a stop or a
+//! stop with savepoint, whatever its number — known in the process that runs the checkpoint
+//! coordinator (an embedded job, or a cluster's job manager), not in a cluster's executors.
+//!
 //! `CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>` instead holds the thread that reaches
 //! the point for `ms` milliseconds (once), so a test can fail a service exactly there — e.g.
 //! restart PostgreSQL while every sink's epoch is prepared and none is committed yet.
@@ -50,6 +54,25 @@ pub const ICEBERG_BEFORE_CATALOG_UPDATE: &str = "iceberg-before-catalog-update";
 /// answer (as when it is lost on the way).
 pub const ICEBERG_AFTER_CATALOG_UPDATE: &str = "iceberg-after-catalog-update";
 
+/// The checkpoint of a crash or pause point given as `final` ([`FINAL_CHECKPOINT`] then says
+/// which one it is).
+pub const FINAL: u64 = u64::MAX;
+
+/// The final checkpoint the coordinator of this process triggered (0: none yet).
+static FINAL_CHECKPOINT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The coordinator triggers `checkpoint` as the final one (of the end of the input or a stop).
+pub(crate) fn mark_final(checkpoint: CheckpointId) {
+    FINAL_CHECKPOINT.store(checkpoint.0, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the armed `armed_at` (a number, or [`FINAL`]) is `checkpoint`.
+#[inline]
+fn is(armed_at: u64, checkpoint: CheckpointId) -> bool {
+    armed_at == checkpoint.0
+        || (armed_at == FINAL && FINAL_CHECKPOINT.load(std::sync::atomic::Ordering::SeqCst) == checkpoint.0)
+}
+
 static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
 static PAUSE_AT: OnceLock<(String, u64, u64)> = OnceLock::new();
 static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -68,7 +91,7 @@ pub(crate) fn install(config: &crate::JobConfig) {
 /// what it crashes with (e.g. flush records to a broker) before [`point`].
 #[inline]
 pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
-    CRASH_AT.get().is_some_and(|(p, c)| p == name && *c == checkpoint.0)
+    CRASH_AT.get().is_some_and(|(p, c)| p == name && is(*c, checkpoint))
 }
 
 /// Kill the process if `name` at `checkpoint` is the armed crash point; hold the thread if
@@ -76,7 +99,7 @@ pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
 #[inline]
 pub fn point(name: &str, checkpoint: CheckpointId) {
     if let Some((p, c, ms)) = PAUSE_AT.get() {
-        if p == name && *c == checkpoint.0 && !PAUSED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if p == name && is(*c, checkpoint) && !PAUSED.swap(true, std::sync::atomic::Ordering::SeqCst) {
             eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: holding for {ms} ms");
             std::thread::sleep(std::time::Duration::from_millis(*ms));
             eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: going on");

@@ -37,13 +37,14 @@ pub enum Error {
     /// The job graph cannot run as built.
     #[error("invalid job graph: {0}")]
     Graph(String),
-    /// A user function or operator failed; restartable.
-    #[error("{location}: {message}")]
+    /// A user function or operator failed, named by where: restartable when its cause is
+    /// (a refused password or a corrupt checkpoint stays final inside a task).
+    #[error("{location}: {source}")]
     Task {
         /// Where it failed.
         location: TaskLocation,
-        /// The cause.
-        message: String,
+        /// The cause, with its class.
+        source: Box<Error>,
     },
     /// A user function panicked.
     #[error("{location}: panicked: {message}")]
@@ -138,6 +139,11 @@ impl Error {
         Error::External { system, message: message.into(), retryable: true }
     }
 
+    /// `cause` raised at `location`, keeping its class.
+    pub fn in_task(location: TaskLocation, cause: Error) -> Self {
+        Error::Task { location, source: Box::new(cause) }
+    }
+
     /// An external system's refusal that a restart would meet again.
     pub fn external_refused(system: &'static str, message: impl Into<String>) -> Self {
         Error::External { system, message: message.into(), retryable: false }
@@ -148,6 +154,7 @@ impl Error {
         match self {
             Error::CheckpointStorage { source, .. } => source.is_retryable(),
             Error::External { retryable, .. } => *retryable,
+            Error::Task { source, .. } => source.is_retryable(),
             Error::Config { .. }
             | Error::Graph(_)
             | Error::Cancelled
@@ -155,8 +162,7 @@ impl Error {
             | Error::BadRecord(_)
             | Error::OutputLost(_)
             | Error::Internal(_) => false,
-            Error::Task { .. }
-            | Error::Panic { .. }
+            Error::Panic { .. }
             | Error::Io { .. }
             | Error::Operator(_)
             | Error::Cluster(_)
@@ -210,5 +216,24 @@ mod tests {
             assert_eq!(e.is_retryable(), retryable, "{e:?}");
         }
         assert_eq!(Error::external("kafka", "broker down").to_string(), "broker down");
+    }
+
+    /// An error raised inside a task keeps its class: a refused password or lost output is
+    /// final there too (a cluster restarted such jobs up to the cap), an outage is not.
+    #[test]
+    fn a_task_error_keeps_its_cause_class() {
+        let at = || TaskLocation { task: "sink".into(), operator: "sink".into(), subtask: 1 };
+        let refused =
+            Error::in_task(at(), Error::external_refused("postgresql", "role \"nobody\" does not exist"));
+        assert!(!refused.is_retryable(), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "task `sink` subtask 1, operator `sink`: role \"nobody\" does not exist"
+        );
+        assert!(!Error::in_task(at(), Error::OutputLost("gone".into())).is_retryable());
+        assert!(!Error::in_task(at(), Error::CorruptState("bad".into())).is_retryable());
+        assert!(!Error::in_task(at(), Error::config("--postgres", "bad url")).is_retryable());
+        assert!(Error::in_task(at(), Error::external("kafka", "broker down")).is_retryable());
+        assert!(Error::in_task(at(), Error::Operator("a user function failed".into())).is_retryable());
     }
 }

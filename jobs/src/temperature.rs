@@ -116,6 +116,9 @@ pub enum SourceKind {
     Kafka(KafkaInput),
 }
 
+/// How long a silent input partition holds the watermark back (`--idleness-secs`).
+pub const DEFAULT_IDLENESS: Duration = Duration::from_secs(30);
+
 /// The Kafka topic the readings are read from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaInput {
@@ -129,12 +132,17 @@ pub struct KafkaInput {
     pub bounded: bool,
     /// Where undecodable records go.
     pub dead_letter_topic: Option<String>,
+    /// More undecodable records than this in a minute fail the job.
+    pub max_bad_records_per_minute: Option<u64>,
     /// At most this many records per second over all source subtasks.
     pub max_records_per_second: Option<f64>,
     /// librdkafka consumer properties passed through (checked at start).
     pub properties: Vec<(String, String)>,
     /// How often to look for partitions added to the topic (`None`: never).
     pub partition_discovery: Option<Duration>,
+    /// How long a partition may stay silent, with nothing left to read, before the
+    /// watermark moves on without it.
+    pub idleness: Duration,
 }
 
 /// The Kafka topics the results go to.
@@ -296,9 +304,13 @@ pub mod names {
 impl TemperatureJob {
     /// Add the pipeline to `env`.
     pub fn build(&self, env: &StreamEnv) -> Result<()> {
+        let idleness = match &self.source {
+            SourceKind::Kafka(input) => input.idleness,
+            SourceKind::Generator(_) => DEFAULT_IDLENESS,
+        };
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(self.out_of_orderness, |r: &SensorReading| r.ts)
-                .with_idleness(Duration::from_secs(30));
+                .with_idleness(idleness);
         // With dynamic limits in a bounded run, the control stream ends when the readings
         // do (when they run in this process; else it is read to its end at start).
         let bounded = match &self.source {
@@ -316,6 +328,7 @@ impl TemperatureJob {
             SourceKind::Kafka(input) => {
                 let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
                 config.dead_letter_topic = input.dead_letter_topic.clone();
+                config.max_bad_records_per_minute = input.max_bad_records_per_minute;
                 config.properties = input.properties.clone();
                 config.partition_discovery = input.partition_discovery;
                 let source = config.build(AvroDecoder::<SensorReading>::factory(&input.schema_registry))?;

@@ -251,6 +251,41 @@ fn crash_during_the_commit() {
     crash_at("during-sink-commit");
 }
 
+/// The checkpoint is complete and its transactions are pending when the job dies; the
+/// restore runs at another parallelism (#43): the new subtasks take over the old ones'
+/// pending transactions (committed) and the open ones of their ids (aborted).
+#[test]
+fn restored_at_another_parallelism_while_transactions_are_pending() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    for (to, name) in [("3", "pending-2-to-3"), ("1", "pending-2-to-1")] {
+        let mut run = new_run(&stack, name);
+        let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+        assert_eq!(status.signal(), Some(9), "{name}: not killed after checkpoint 3 completed: {err}");
+        run.parallelism = to;
+        let restored = finish(&stack, &run);
+        assert!(
+            restored.contains("of checkpoint 3"),
+            "{name}: nothing of checkpoint 3 was committed: {restored}"
+        );
+        assert_equals_clean(&stack, &run, name);
+    }
+}
+
+/// The final checkpoint of the bounded input is complete, its transactions not committed,
+/// when the job dies (#43: crash points were armed at checkpoints 2–4 only).
+#[test]
+fn crash_after_the_final_checkpoint_is_complete_before_its_commit() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let run = new_run(&stack, "final-pending");
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:final")));
+    assert_eq!(status.signal(), Some(9), "not killed at the final checkpoint: {err}");
+    let restored = finish(&stack, &run);
+    assert!(restored.contains("committed `"), "the final epoch was not committed by the restore: {restored}");
+    assert_equals_clean(&stack, &run, "killed before the final checkpoint's commit");
+}
+
 #[test]
 fn crash_during_restore_before_the_pending_commit() {
     let Some(stack) = stack() else { return };

@@ -218,3 +218,92 @@ fn a_running_job_keeps_reading_a_producer_that_moves_to_a_compatible_schema_vers
     assert_eq!(read_count(&err), 600, "v1 and v2 records are all read: {err}");
     assert_eq!(lines(&readings).len(), 600, "each reading published once");
 }
+
+/// A reading as another design's producer writes it: `timestamp_ms` where Caudal's
+/// `SensorReading` has `ts`, no default — a schema this job cannot resolve.
+const READING_ELSEWHERE: &str = r#"{"type":"record","name":"SensorReading","namespace":"io.caudal","fields":[
+    {"name":"sensor_id","type":"long"},
+    {"name":"timestamp_ms","type":"long"},
+    {"name":"lat","type":"double"},{"name":"lon","type":"double"},
+    {"name":"temp_f","type":"double"}]}"#;
+
+#[derive(Serialize)]
+struct ReadingElsewhere {
+    sensor_id: i64,
+    timestamp_ms: i64,
+    lat: f64,
+    lon: f64,
+    temp_f: f64,
+}
+
+/// Runs the bounded job over `topic` and returns (success, stderr) without judging them.
+fn try_job(stack: &Stack, topic: &str, out: &Path, extra: &[&str]) -> (bool, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_temperature"))
+        .args(["--source", "kafka", "--input-topic", topic, "--bounded"])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--checkpoint-interval", "0.5", "--progress-secs", "0", "--no-ui"])
+        .arg("--output")
+        .arg(out.join("results"))
+        .arg("--checkpoint-dir")
+        .arg(out.join("ckpt"))
+        .args(extra)
+        .output()
+        .unwrap();
+    (run.status.success(), String::from_utf8_lossy(&run.stderr).to_string())
+}
+
+/// A bounded input of which not one record decodes (written with a schema the job cannot
+/// resolve) fails the run, naming the cause — before #43 it "finished" with exit 0 and no
+/// output. The bad records are still dead-lettered, each once.
+#[test]
+fn an_input_of_only_unreadable_records_fails_the_bounded_run_naming_the_cause() {
+    let Some(stack) = stack() else { return };
+    let (topic, dlq) = (unique("unreadable-in"), unique("unreadable-dlq"));
+    create_topic(&stack, &topic, 1);
+    create_topic(&stack, &dlq, 1);
+    let client = RegistryClient::new(&stack.registry).unwrap();
+    let schema = Schema::parse_str(READING_ELSEWHERE).unwrap();
+    let subject = format!("{}-elsewhere", subject_for_topic(&topic));
+    let id = client.register(&subject, &schema).unwrap();
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..40)
+        .map(|i| {
+            let r = ReadingElsewhere {
+                sensor_id: i % 4,
+                timestamp_ms: 1_767_225_600_000 + i * 1000,
+                lat: 1.0,
+                lon: 2.0,
+                temp_f: 60.0,
+            };
+            let mut bytes = Vec::new();
+            write_header(&mut bytes, id);
+            bytes.extend(encode_generic(&schema, &r).unwrap());
+            (r.sensor_id.to_string().into_bytes(), bytes)
+        })
+        .collect();
+    produce_raw(&stack, &topic, 0, &records);
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, err) = try_job(&stack, &topic, dir.path(), &["--dead-letter-topic", &dlq]);
+    assert!(!ok, "a run that could read nothing must not succeed: {err}");
+    assert!(err.contains("all 40 records read failed to decode") && err.contains("ts"), "{err}");
+    assert!(!err.contains("restart"), "an unreadable input is not retried: {err}");
+    assert_eq!(read_committed_with_headers(&stack, &dlq).len(), 40, "every bad record dead-lettered once");
+}
+
+/// With `--max-bad-records-per-minute`, an input with more bad records in a minute fails the
+/// job at once, naming the budget; within it the job finishes.
+#[test]
+fn more_bad_records_than_the_budget_fail_the_job() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("budget-in");
+    create_topic(&stack, &topic, 1);
+    produce_readings(&stack, &topic, 100, 3);
+    let garbage: Vec<(Vec<u8>, Vec<u8>)> = (0..3).map(|i| (vec![i], b"not avro".to_vec())).collect();
+    produce_raw(&stack, &topic, 0, &garbage);
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, err) = try_job(&stack, &topic, dir.path(), &["--max-bad-records-per-minute", "2"]);
+    assert!(!ok, "3 bad records in a minute exceed a budget of 2: {err}");
+    assert!(err.contains("max_bad_records_per_minute (2)"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, err) = try_job(&stack, &topic, dir.path(), &["--max-bad-records-per-minute", "3"]);
+    assert!(ok, "3 bad records are within a budget of 3: {err}");
+}

@@ -104,6 +104,80 @@ fn crash_during_sink_commit() {
     crash_at("during-sink-commit");
 }
 
+/// Crashes the job at `point` of its final checkpoint — the one the end of the bounded input
+/// takes, whatever its number (#43: the kills were armed at checkpoints 2–4 only, and this
+/// path had lost output before) — proves it died there from what is on disk, then restores
+/// until it finishes: the output is what the input implies.
+fn crash_at_the_final_checkpoint(point: &str, completed: bool, none_published: bool) {
+    let d = dirs();
+    let (status, err) = wait(spawn(
+        &base_args(&d.out, &d.ckpt, 2),
+        false,
+        &[("CAUDAL__TEST_CRASH_AT", format!("{point}:final"))],
+    ));
+    assert_eq!(status.signal(), Some(9), "the crash point {point} was not reached: {status} {err}");
+    let at = format!("crash point {point} at checkpoint ");
+    let final_id: u64 = err
+        .split(&at)
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{at}N` in the log: {err}"));
+    let latest = latest_checkpoint(&d.ckpt);
+    if completed {
+        assert_eq!(latest, Some(final_id), "{point}: the final checkpoint's metadata is durable");
+    } else {
+        assert!(latest < Some(final_id), "{point}: checkpoint {final_id} must not be complete ({latest:?})");
+    }
+    if none_published {
+        // The final epoch holds at least the windows the end of the input fired.
+        let (windows, _) = expected();
+        assert!(published(&d.out, "windows").len() < windows.len(), "{point}: the final epoch was published");
+    }
+    finish(&d, 2);
+    assert_equals_expected(&d, &format!("{point} of the final checkpoint"));
+}
+
+#[test]
+fn crash_after_sink_pre_commit_of_the_final_checkpoint() {
+    crash_at_the_final_checkpoint("after-sink-pre-commit", false, true);
+}
+
+#[test]
+fn crash_before_the_final_checkpoints_metadata() {
+    crash_at_the_final_checkpoint("before-metadata", false, true);
+}
+
+#[test]
+fn crash_after_the_final_checkpoints_metadata_before_the_sinks_hear_of_it() {
+    crash_at_the_final_checkpoint("after-metadata-before-notify", true, true);
+}
+
+#[test]
+fn crash_during_the_sink_commit_of_the_final_checkpoint() {
+    crash_at_the_final_checkpoint("during-sink-commit", true, false);
+}
+
+/// A stop (SIGTERM) takes a final checkpoint and commits it; killed during that commit, the
+/// restored run publishes what was left, once.
+#[test]
+fn crash_during_the_sink_commit_of_a_stops_final_checkpoint() {
+    let d = dirs();
+    let child = spawn(
+        &base_args(&d.out, &d.ckpt, 2),
+        false,
+        &[("CAUDAL__TEST_CRASH_AT", "during-sink-commit:final".into())],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let (status, err) = wait(child);
+    assert_eq!(status.signal(), Some(9), "the stop's final commit was not reached: {status} {err}");
+    assert!(err.contains("crash point during-sink-commit"), "{err}");
+    finish(&d, 2);
+    assert_equals_expected(&d, "crash during the commit of a stop's final checkpoint");
+}
+
 #[test]
 fn crash_during_restore() {
     let d = dirs();

@@ -531,6 +531,33 @@ fn a_job_that_always_fails_ends_failed_with_its_cause_after_the_restart_cap() {
     assert_eq!(info["slots_free"], 1, "{info:#}");
 }
 
+/// An error no restart can mend fails the job at once, with its cause: a database role the
+/// server does not know is refused at every attempt (before #43 a task rewrapped every
+/// operator's error as retryable, and the job went through the whole restart cap).
+#[test]
+fn a_refused_database_role_fails_the_job_at_once_without_restarts() {
+    let Some(pg) = caudal_test_stack::service("CAUDAL_POSTGRES_URL") else { return };
+    let (scheme, rest) = pg.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let refused = format!("{scheme}://caudal_no_such_role@{host}");
+    let c = {
+        let mut c = Cluster::start(&["--max-restarts", "5"]);
+        c.start_taskmanager("tm-1", 1);
+        c.wait_for_task_managers(1);
+        c
+    };
+    let out = c.dir.path().join("out");
+    let mut args = job_args(&out);
+    args.extend(["--postgres".into(), refused]);
+    let o = c.submit(1, &args);
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed = c.wait_job("temperature", 60, "FAILED", |j| status(j) == "FAILED");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(detail.contains("not retryable") && detail.contains("caudal_no_such_role"), "{detail}");
+    assert_eq!(failed["restarts"].as_u64(), Some(0), "{failed:#}");
+    assert_eq!(failed["failures"].as_array().unwrap().len(), 1, "{failed:#}");
+}
+
 #[test]
 fn bad_submissions_are_clear_errors_and_the_cluster_keeps_running() {
     let mut c = Cluster::start(&[]);

@@ -3,7 +3,9 @@
 //! source started), so a restore neither applies the start policy again (`Latest` would
 //! skip everything produced since the first start) nor rereads from the group's offsets;
 //! and a restored bounded source reads up to the end offsets of its first start, not to
-//! those of a topic that grew meanwhile.
+//! those of a topic that grew meanwhile. A partition added after the last checkpoint is
+//! read from its beginning by the restored job, as the running one reads it; a bounded
+//! source's end includes the records of a transaction open at its start.
 //!
 //! Needs the test stack (`scripts/services.sh start`); skipped without it unless
 //! `CAUDAL_REQUIRE_STACK` is set.
@@ -16,7 +18,11 @@ use caudal::{
     Batch, CheckpointConfig, JobConfig, OperatorContext, RestoreFrom, StreamEnv, WatermarkStrategy,
 };
 use caudal_operators::kafka::{KafkaSource, KafkaSourceConfig, StartFrom};
-use kafka_support::{create_topic, produce_raw, stack, unique};
+use kafka_support::{create_topic, produce_raw, stack, unique, Stack};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -154,4 +160,89 @@ fn a_restored_bounded_source_ends_where_the_first_start_ended() {
     produce_raw(&stack, &topic, 1, &records(1040..1060));
     let restored = run_bounded(dir.path(), job, source, true);
     assert!(restored.is_empty(), "the restored bounded run read past the first start's end: {restored:?}");
+}
+
+fn add_partitions(stack: &Stack, topic: &str, total: usize) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
+    let results = futures::executor::block_on(
+        admin.create_partitions(&[NewPartitions::new(topic, total)], &AdminOptions::new()),
+    )
+    .unwrap();
+    for r in results {
+        r.map_err(|(t, e)| format!("adding partitions to {t}: {e}")).unwrap();
+    }
+}
+
+/// A partition the checkpoint does not know was added after it: the restored job reads it
+/// from its beginning, as the running job reads a partition it discovers. Before #43 the
+/// start policy applied to it, and `Latest` skipped what it held.
+#[test]
+fn a_partition_added_after_the_last_checkpoint_is_read_from_its_beginning_on_restore() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("added-after");
+    create_topic(&stack, &topic, 1);
+    produce_raw(&stack, &topic, 0, &records(0..10));
+    let dir = tempfile::tempdir().unwrap();
+    let job = "positions-added";
+    let mut source = KafkaSourceConfig::new(&stack.brokers, &topic);
+    source.start_from = StartFrom::Latest;
+    let first = run_until_checkpointed(dir.path(), job, source.clone(), false);
+    assert!(first.is_empty(), "Latest skips what was there before the start: {first:?}");
+    // While the job is down the topic gets a partition, and both get records.
+    add_partitions(&stack, &topic, 2);
+    produce_raw(&stack, &topic, 1, &records(300..320));
+    produce_raw(&stack, &topic, 0, &records(100..110));
+    let restored = run_bounded(dir.path(), job, source.bounded(true), true);
+    let want: Vec<u64> = (100..110).chain(300..320).collect();
+    assert_eq!(restored, want, "the added partition is read from its beginning, once");
+}
+
+/// A bounded source started while a transaction is open on its input (another exactly-once
+/// job writing it) reads to the end offset of its start: the transaction's records once it
+/// commits, and the records committed after the transaction began. Before #43 it ended at
+/// the last stable offset (where the open transaction began) and missed both.
+#[test]
+fn a_bounded_source_reads_what_a_transaction_open_at_its_start_commits() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("bounded-open-txn");
+    create_topic(&stack, &topic, 1);
+    produce_raw(&stack, &topic, 0, &records(0..100));
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.brokers)
+        .set("transactional.id", unique("upstream"))
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    for (k, v) in records(100..150) {
+        producer.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v)).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    // Committed after the open transaction began: past the last stable offset too.
+    produce_raw(&stack, &topic, 0, &records(150..180));
+
+    let dir = tempfile::tempdir().unwrap();
+    let got = Collect::default();
+    let (dir_owned, sink) = (dir.path().to_path_buf(), got.clone());
+    let source = KafkaSourceConfig::new(&stack.brokers, &topic).bounded(true);
+    let runner = std::thread::spawn(move || {
+        job_env(&dir_owned, source, false, sink).execute("positions-open-txn").map(|_| ())
+    });
+    // The job read what it could see; the transaction commits only then.
+    let started = Instant::now();
+    while got.0.lock().unwrap().len() < 100 && !runner.is_finished() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the job read nothing in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    producer.commit_transaction(Duration::from_secs(30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !runner.is_finished() {
+        assert!(Instant::now() < deadline, "the bounded job did not finish after the commit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.join().unwrap().expect("the bounded job finishes");
+    let want: Vec<u64> = (0..180).collect();
+    assert_eq!(collected(&got), want, "every record below the end offset at start, once");
 }

@@ -6,9 +6,11 @@
 //! statistics computed without the engine).
 //!
 //! `CAUDAL_SOAK_KILLS` sets the number of kills (default 12, what the test command runs;
-//! `scripts/test.sh --soak` runs 50); `CAUDAL_SOAK_SEED` replays the kills of a printed seed. The run is throttled (`RATE`) so that it outlasts the
-//! kills, which are spread over about half of its nominal length; it is bounded by the input,
-//! the kills by their number.
+//! `scripts/test.sh --soak` runs 50); `CAUDAL_SOAK_SEED` replays the kills of a printed seed.
+//! The run is throttled (`RATE`) so that it outlasts the kills, which are spread over about
+//! half of its nominal length; it is bounded by the input, the kills by their number. Every
+//! kill must land on a live process before the run ends, the first three hit one process of
+//! each kind (in an order the seed picks), and the restarts stay within two per kill.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../jobs/tests/kafka_support/mod.rs"]
@@ -28,6 +30,14 @@ const RATE: u64 = 10_000;
 
 fn kills() -> usize {
     std::env::var("CAUDAL_SOAK_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
+}
+
+/// The kinds of process the soak kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Victim {
+    JobManager,
+    TaskManager,
+    Executor,
 }
 
 /// A small deterministic generator (the seed is printed, so a failing soak can be replayed).
@@ -56,7 +66,8 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
     create_topic(&stack, &readings, 4);
     create_topic(&stack, &windows, 4);
 
-    let mut c = Cluster::start(&["--max-restarts", "1000"]);
+    let max_restarts = 2 * kills() + 2;
+    let mut c = Cluster::start(&["--max-restarts", &max_restarts.to_string()]);
     let mut names = vec!["tm-1".to_string(), "tm-2".to_string(), "tm-3".to_string()];
     for tm in &names {
         c.start_taskmanager(tm, 2);
@@ -101,6 +112,13 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
     });
     eprintln!("soak: seed {seed}, {} kills", kills());
     let mut rng = Rng(seed);
+    // The first three kills hit each kind of process once, in an order of the seed's.
+    let mut kinds = vec![Victim::JobManager, Victim::TaskManager, Victim::Executor];
+    let first = rng.below(3) as usize;
+    kinds.swap(0, first);
+    let second = 1 + rng.below(2) as usize;
+    kinds.swap(1, second);
+    let mut hit = std::collections::BTreeSet::new();
     let started = Instant::now();
     let mut done = None;
     let mut log = Vec::new();
@@ -118,13 +136,21 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
         // the kills land in every phase of it and all of them before its end.
         let spread_ms = READINGS * 1000 / RATE;
         std::thread::sleep(Duration::from_millis(500 + rng.below(spread_ms / kills().max(1) as u64)));
-        let victim = match rng.below(10) {
-            0 | 1 => {
+        let kind = match kinds.get(k) {
+            Some(kind) => *kind,
+            None => match rng.below(10) {
+                0 | 1 => Victim::JobManager,
+                2..=5 => Victim::TaskManager,
+                _ => Victim::Executor,
+            },
+        };
+        let victim = match kind {
+            Victim::JobManager => {
                 c.kill_jobmanager();
                 c.start_jobmanager();
                 "the job manager".to_string()
             }
-            2..=5 => {
+            Victim::TaskManager => {
                 let i = rng.below(names.len() as u64) as usize;
                 let name = names.remove(i);
                 c.kill_taskmanager(&name);
@@ -133,18 +159,31 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
                 names.push(next.clone());
                 format!("task manager {name} (replaced by {next})")
             }
-            _ => {
-                let name = &names[rng.below(names.len() as u64) as usize];
-                let executors: Vec<u32> = c.taskmanager_pids(name).into_iter().skip(1).collect();
-                match executors.first() {
-                    Some(pid) => {
-                        Cluster::signal(&[*pid], "KILL");
-                        format!("executor {pid} of {name}")
+            Victim::Executor => {
+                // An executor of a task manager that runs one (a fresh task manager may run
+                // none): a kill that finds no process would not count.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let (name, pid) = loop {
+                    let offset = rng.below(names.len() as u64) as usize;
+                    let found =
+                        (0..names.len()).map(|i| &names[(offset + i) % names.len()]).find_map(|name| {
+                            let executors: Vec<u32> = c.taskmanager_pids(name).into_iter().skip(1).collect();
+                            executors.first().map(|pid| (name.clone(), *pid))
+                        });
+                    if let Some(found) = found {
+                        break found;
                     }
-                    None => format!("nothing ({name} runs no executor)"),
-                }
+                    assert!(
+                        Instant::now() < deadline,
+                        "no executor to kill for 60 s (kill {k}, seed {seed})"
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                Cluster::signal(&[pid], "KILL");
+                format!("executor {pid} of {name}")
             }
         };
+        hit.insert(kind);
         log.push(format!("{:>6.1}s kill {k}: {victim}", started.elapsed().as_secs_f64()));
     }
     let done = match done {
@@ -157,7 +196,14 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
         started.elapsed(),
         done["restarts"]
     );
-    assert!(log.len() * 2 >= kills(), "the run ended before half of the kills: {log:#?}");
+    assert_eq!(log.len(), kills(), "the run ended before every kill landed (seed {seed}): {log:#?}");
+    assert_eq!(hit.len(), 3, "not every kind of process was killed (seed {seed}): {log:#?}");
+    let restarts = done["restarts"].as_u64().unwrap();
+    assert!(
+        restarts as usize <= max_restarts,
+        "{restarts} restarts for {} kills (seed {seed}): {log:#?}",
+        kills()
+    );
 
     let (want_readings, want_windows) = oracle::expected(&stack, &input, 10_000);
     let strip = |records: Vec<(Vec<u8>, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {

@@ -104,9 +104,11 @@ impl<T: Data> Fanout<T> {
 }
 
 pub(crate) fn downcast<T: Data>(batch: AnyBatch, ctx: &OperatorContext) -> Result<Batch<T>> {
-    batch.downcast::<Batch<T>>().map(|b| *b).map_err(|_| Error::Task {
-        location: location(ctx),
-        message: format!("internal: batch of unexpected type (expected {})", std::any::type_name::<T>()),
+    batch.downcast::<Batch<T>>().map(|b| *b).map_err(|_| {
+        Error::in_task(
+            location(ctx),
+            Error::Internal(format!("batch of unexpected type (expected {})", std::any::type_name::<T>())),
+        )
     })
 }
 
@@ -147,7 +149,7 @@ pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
 pub(crate) fn in_operator(e: Error, ctx: &OperatorContext) -> Error {
     match e {
         Error::Task { .. } | Error::Panic { .. } | Error::Cancelled => e,
-        other => Error::Task { location: location(ctx), message: other.to_string() },
+        other => Error::in_task(location(ctx), other),
     }
 }
 

@@ -464,15 +464,15 @@ pub(crate) fn spawn(
                 match result {
                     Ok(Ok(())) => {}
                     Ok(Err(Error::Cancelled)) => {}
-                    Ok(Err(Error::Task { location: mut l, message })) => {
+                    Ok(Err(Error::Task { location: mut l, source })) => {
                         l.task = env.task.clone();
-                        control.fail(Error::Task { location: l, message });
+                        control.fail(Error::Task { location: l, source });
                     }
                     Ok(Err(Error::Panic { location: mut l, message })) => {
                         l.task = env.task.clone();
                         control.fail(Error::Panic { location: l, message });
                     }
-                    Ok(Err(e)) => control.fail(Error::Task { location, message: e.to_string() }),
+                    Ok(Err(e)) => control.fail(Error::in_task(location, e)),
                     Err(p) => control
                         .fail(Error::Panic { location, message: super::chain::panic_message(p.as_ref()) }),
                 }

@@ -201,10 +201,18 @@ struct Args {
     /// With --source kafka: topic for records that cannot be decoded.
     #[arg(long)]
     dead_letter_topic: Option<String>,
+    /// With --source kafka: fail the job when more records than this cannot be decoded in
+    /// any minute (an input of which every record is bad fails it anyway).
+    #[arg(long, value_name = "N")]
+    max_bad_records_per_minute: Option<u64>,
     /// With --source kafka (unbounded): how often to look for partitions added to the input
     /// topic, which are then read from their beginning (0: never).
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     partition_discovery_secs: f64,
+    /// With --source kafka: how long a partition with nothing left to read may stay silent
+    /// before the watermark moves on without it (its records, if any come, may then be late).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = positive)]
+    idleness_secs: f64,
     /// With --source kafka: read at most this many records per second (all subtasks together).
     #[arg(long, value_name = "RECORDS", value_parser = positive)]
     max_records_per_second: Option<f64>,
@@ -517,10 +525,12 @@ fn main() -> anyhow::Result<()> {
                 topic: args.input_topic.clone(),
                 bounded: args.bounded,
                 dead_letter_topic: args.dead_letter_topic.clone(),
+                max_bad_records_per_minute: args.max_bad_records_per_minute,
                 max_records_per_second: args.max_records_per_second,
                 properties: args.kafka.consumer_properties.clone(),
                 partition_discovery: (args.partition_discovery_secs > 0.0)
                     .then(|| Duration::from_secs_f64(args.partition_discovery_secs)),
+                idleness: Duration::from_secs_f64(args.idleness_secs),
             }),
         },
         window: Duration::from_secs(args.window_secs),

@@ -17,8 +17,11 @@
 //!
 //! **Restore from `m`.** The pending epochs `≤ m` of the restored snapshot belong to
 //! completed checkpoints: they are committed (unless already in the table). Then every data
-//! file of this sink's earlier attempts that no snapshot references is deleted: it holds
-//! records the restored job writes again.
+//! file that an earlier attempt of this run (the restored line of checkpoints; each
+//! checkpoint lists the attempts that wrote for it) left and that no snapshot of the table
+//! references is deleted: it holds records the restored job writes again. Files of other
+//! runs — another deployment of the same job writing the same table — are never touched,
+//! nor files an older snapshot still references (time travel after a compaction).
 //!
 //! One committer per table (parallelism 1), rather than one commit per writer: one snapshot
 //! per checkpoint, no commit conflicts between subtasks, and the time-travel rule "the
@@ -44,6 +47,10 @@ use std::sync::Arc;
 struct CommitterState {
     run: String,
     pending: Vec<DataFiles>,
+    /// The attempts of this run so far (their data files are named after them); absent in
+    /// the states of releases before it, whose restores fall back to the sink's file prefix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    attempts: Vec<String>,
 }
 
 /// Commits the files of an Iceberg sink's writers, once per checkpoint.
@@ -56,6 +63,8 @@ pub struct IcebergCommitter {
     attempt: String,
     received: Vec<DataFiles>,
     pending: Vec<DataFiles>,
+    /// The attempts of this run, this one included once started.
+    attempts: Vec<String>,
     checkpointing: bool,
     what: String,
     metrics: Arc<caudal::metrics::SubtaskMetrics>,
@@ -95,6 +104,7 @@ impl IcebergCommitter {
             attempt: String::new(),
             received: Vec::new(),
             pending: Vec::new(),
+            attempts: Vec::new(),
             checkpointing: false,
             metrics: Arc::default(),
         }
@@ -202,10 +212,20 @@ impl IcebergCommitter {
         Ok(())
     }
 
-    /// Deletes the data files of this sink's earlier attempts that no snapshot references.
+    /// Deletes the data files of this run's earlier attempts that no snapshot references.
     fn delete_orphans(&mut self) -> Result<()> {
         let prefix = file_prefix(&self.job, &self.sink);
         let current = format!("{prefix}{}.", name_part(&self.attempt));
+        // A state of an earlier release names no attempts: the sink's prefix, as then.
+        let earlier: Vec<String> = if self.attempts.is_empty() {
+            vec![prefix.clone()]
+        } else {
+            self.attempts
+                .iter()
+                .filter(|a| **a != self.attempt)
+                .map(|a| format!("{prefix}{}.", name_part(a)))
+                .collect()
+        };
         let s3 = self.config.s3.clone();
         let client = self.client()?;
         let (table, live) = client.retry("listing live data files", |c| {
@@ -220,7 +240,8 @@ impl IcebergCommitter {
         let mut deleted = 0;
         for path in listed {
             let name = path.rsplit('/').next().unwrap_or_default();
-            if name.starts_with(&prefix) && !name.starts_with(&current) && !live.contains(&path) {
+            let ours = earlier.iter().any(|p| name.starts_with(p.as_str())) && !name.starts_with(&current);
+            if ours && !live.contains(&super::storage::canonical(&path)) {
                 client.retry("deleting an uncommitted data file", |c| {
                     c.block(c.file_io().delete(&path)).map_err(|e| classify(&e))
                 })?;
@@ -255,14 +276,21 @@ fn decode(metadata: &TableMetadata, files: &[DataFiles]) -> std::result::Result<
     Ok(out)
 }
 
-/// Every data file the current snapshot references.
+/// Every data file a snapshot of the table references — not only the current one: after a
+/// compaction an older snapshot (time travel) still reads the files it replaced. As
+/// [`super::storage::canonical`] locations, to be compared with a listing.
 async fn live_files(table: &Table) -> iceberg::Result<HashSet<String>> {
     let mut live = HashSet::new();
-    let Some(snapshot) = table.metadata().current_snapshot() else { return Ok(live) };
-    let list = table.manifest_list_reader(snapshot).load().await?;
-    for manifest in list.entries() {
-        for entry in manifest.load_manifest(table.file_io()).await?.entries() {
-            live.insert(entry.file_path().to_string());
+    let mut manifests = HashSet::new();
+    for snapshot in table.metadata().snapshots() {
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        for manifest in list.entries() {
+            if !manifests.insert(manifest.manifest_path.clone()) {
+                continue;
+            }
+            for entry in manifest.load_manifest(table.file_io()).await?.entries() {
+                live.insert(super::storage::canonical(entry.file_path()));
+            }
         }
     }
     Ok(live)
@@ -301,6 +329,11 @@ impl Sink for IcebergCommitter {
             if self.run.is_empty() {
                 self.run = state.run;
             }
+            for a in state.attempts {
+                if !self.attempts.contains(&a) {
+                    self.attempts.push(a);
+                }
+            }
             self.pending.extend(state.pending.into_iter().filter(|f| f.checkpoint <= restored));
         }
         self.commit_due(restored)?;
@@ -311,6 +344,9 @@ impl Sink for IcebergCommitter {
         self.init(ctx)?;
         if self.run.is_empty() {
             self.run = uuid::Uuid::new_v4().to_string();
+        }
+        if !self.attempts.contains(&self.attempt) {
+            self.attempts.push(self.attempt.clone());
         }
         Ok(())
     }
@@ -326,7 +362,11 @@ impl Sink for IcebergCommitter {
         _ctx: &mut OperatorContext,
     ) -> Result<Option<Vec<u8>>> {
         self.pending.append(&mut self.received);
-        let state = CommitterState { run: self.run.clone(), pending: self.pending.clone() };
+        let state = CommitterState {
+            run: self.run.clone(),
+            pending: self.pending.clone(),
+            attempts: self.attempts.clone(),
+        };
         serde_json::to_vec(&state)
             .map(Some)
             .map_err(|e| Error::Internal(format!("{}: encoding committer state: {e}", self.what)))

@@ -235,14 +235,63 @@ impl FileWrite for ObjectWrite {
     }
 }
 
+/// `(scheme, rest)` of an `s3://` or `s3a://` location.
+fn s3_scheme(location: &str) -> Option<(&'static str, &str)> {
+    location
+        .strip_prefix("s3://")
+        .map(|rest| ("s3://", rest))
+        .or_else(|| location.strip_prefix("s3a://").map(|rest| ("s3a://", rest)))
+}
+
+/// One spelling of a location, for comparing what a table references with what a listing
+/// finds: `s3a://` as `s3://`, and a local file as its absolute path (`file:///a/b`,
+/// `file:/a/b` and `/a/b` are one file) — a warehouse given without a scheme is referenced
+/// as `/…` and listed as `file:///…`.
+pub(crate) fn canonical(location: &str) -> String {
+    if let Some((_, rest)) = s3_scheme(location) {
+        return format!("s3://{rest}");
+    }
+    let local =
+        location.strip_prefix("file://").or_else(|| location.strip_prefix("file:")).unwrap_or(location);
+    let mut path = String::from("/");
+    for part in local.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        path.push_str(part);
+        path.push('/');
+    }
+    if path.len() > 1 {
+        path.pop();
+    }
+    path
+}
+
+#[cfg(test)]
+mod canonical_tests {
+    use super::canonical;
+
+    #[test]
+    fn one_spelling_per_location() {
+        for same in [
+            "file:///w/t/data/a.parquet",
+            "file:/w/t/data/a.parquet",
+            "/w/t/data/a.parquet",
+            "/w//t/./data/a.parquet",
+        ] {
+            assert_eq!(canonical(same), "/w/t/data/a.parquet", "{same}");
+        }
+        assert_eq!(canonical("s3a://b/w/a.parquet"), "s3://b/w/a.parquet");
+        assert_eq!(canonical("s3://b/w/a.parquet"), "s3://b/w/a.parquet");
+        assert_ne!(canonical("/w/t/a"), canonical("/w/t/b"));
+    }
+}
+
 /// The location of every object under `prefix` (an absolute `file://` or `s3://` location).
 pub(crate) async fn list(storage_s3: &S3Config, prefix: &str) -> Result<Vec<String>> {
     // The caller retries a failed listing with its policy.
     let storage = ObjectStorage { s3: storage_s3.clone(), retry: None, buckets: Arc::default() };
     let (store, key) = storage.resolve(prefix)?;
-    // `s3://bucket` or `file://`; object names carry no leading `/`.
-    let root = match prefix.strip_prefix("s3://") {
-        Some(rest) => format!("s3://{}", rest.split('/').next().unwrap_or_default()),
+    // `s3://bucket` (or `s3a://bucket`) or `file://`; object names carry no leading `/`.
+    let root = match s3_scheme(prefix) {
+        Some((scheme, rest)) => format!("{scheme}{}", rest.split('/').next().unwrap_or_default()),
         None => "file://".to_string(),
     };
     let listed: Vec<ObjectPath> = match store.list(Some(&key)).map_ok(|m| m.location).try_collect().await {

@@ -594,3 +594,60 @@ impl iceberg::Catalog for Stale<'_> {
 fn an_unreachable_rest_catalog_is_retried_then_fails_naming_it() {
     assert_an_unreachable_catalog_is_retried_then_fails("http://127.0.0.1:1", "s3://caudal/none");
 }
+
+/// Two deployments of the same job (the same job and sink names, another run) write one
+/// table. A restore of one deletes what its own dead attempts left, never the other's files
+/// that wait for their checkpoint (#43: it deleted by the sink's file-name prefix, and the
+/// other deployment then committed a snapshot of missing files).
+#[test]
+fn a_restore_leaves_another_deployments_files_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    let mut out: Batch<DataFiles> = Vec::new();
+    // Deployment A, attempt a1: checkpoint 1 completes; epoch 2 is pre-committed, never completed.
+    let mut writer = IcebergWriter::<ProcessedReading>::new(config.clone(), "lake".into());
+    let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let (mut wctx, mut cctx) = (ctx("a1", None), ctx("a1", None));
+    writer.on_start(&mut wctx).unwrap();
+    committer.on_start(&mut cctx).unwrap();
+    writer.process_batch(readings(0, 10), &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(1), &mut out, &mut wctx).unwrap();
+    committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+    let a_state1 = committer.pre_commit(CheckpointId(1), &mut cctx).unwrap().unwrap();
+    committer.on_checkpoint_complete(CheckpointId(1), &mut cctx).unwrap();
+    writer.process_batch(readings(10, 10), &mut out, &mut wctx).unwrap();
+    writer.prepare_snapshot_pre_barrier(CheckpointId(2), &mut out, &mut wctx).unwrap();
+    committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+    committer.pre_commit(CheckpointId(2), &mut cctx).unwrap();
+    drop((writer, committer));
+    let (_, _, location) = table_contents(&config);
+    let a_files = data_files(&location, &config.s3);
+
+    // Deployment B, attempt b1: its epoch 1 is pre-committed, its checkpoint not complete yet.
+    let mut b_writer = IcebergWriter::<ProcessedReading>::new(config.clone(), "lake".into());
+    let mut b_committer = IcebergCommitter::new(config.clone(), "lake".into());
+    let (mut bw, mut bc) = (ctx("b1", None), ctx("b1", None));
+    b_writer.on_start(&mut bw).unwrap();
+    b_committer.on_start(&mut bc).unwrap();
+    b_writer.process_batch(readings(100, 10), &mut out, &mut bw).unwrap();
+    b_writer.prepare_snapshot_pre_barrier(CheckpointId(1), &mut out, &mut bw).unwrap();
+    b_committer.write_batch(std::mem::take(&mut out), &mut bc).unwrap();
+    b_committer.pre_commit(CheckpointId(1), &mut bc).unwrap();
+    let b_files: Vec<String> =
+        data_files(&location, &config.s3).into_iter().filter(|f| !a_files.contains(f)).collect();
+    assert_eq!(b_files.len(), 3, "one file per day partition: {b_files:?}");
+
+    // A restores its checkpoint 1 as attempt a2: its epoch 2's files go, B's stay.
+    let mut restored = IcebergCommitter::new(config.clone(), "lake".into());
+    let mut rctx = ctx("a2", Some(1));
+    restored.restore(vec![a_state1], &mut rctx).unwrap();
+    let left = data_files(&location, &config.s3);
+    for f in &b_files {
+        assert!(left.contains(f), "another deployment's file was deleted: {f}");
+    }
+    assert_eq!(left.len(), 3 + 3, "A's checkpoint 1 and B's epoch 1: {left:?}");
+    // B's checkpoint completes: the table reads both deployments' records.
+    b_committer.on_checkpoint_complete(CheckpointId(1), &mut bc).unwrap();
+    let (ids, _, _) = table_contents(&config);
+    assert_eq!(ids, (0..10).chain(100..110).collect::<Vec<_>>());
+}

@@ -18,7 +18,7 @@ use super::buffer::{RowBuffer, Shape};
 use super::client::{block, block_raw, classify, runtime, Connection};
 use super::config::{quote, PostgresSinkConfig};
 use super::row::{to_row, SqlValue};
-use super::txn::{self, EpochIds, EpochSql, PreparedEpoch};
+use super::txn::{self, EpochIds, EpochSql, HeldEpoch, PreparedEpoch, SinkState};
 use crate::retry::Failure;
 use caudal::types::MAX_WATERMARK;
 use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
@@ -115,6 +115,12 @@ pub struct PostgresSink<T> {
     in_txn: bool,
     first_unsent: Option<Instant>,
     pending: Vec<PreparedEpoch>,
+    /// Epochs closed while an earlier one was still prepared: in the checkpoint, written
+    /// when a checkpoint covering them completes (see [`HeldEpoch`]).
+    held: Vec<HeldEpoch>,
+    /// The open epoch's records while it may have to be held (an earlier epoch prepared or
+    /// held since the epoch began).
+    stash: Vec<T>,
     ids: Option<EpochIds>,
     what: String,
     checkpointing: bool,
@@ -271,6 +277,8 @@ impl<T> PostgresSink<T> {
             in_txn: false,
             first_unsent: None,
             pending: Vec::new(),
+            held: Vec::new(),
+            stash: Vec::new(),
             ids: None,
             checkpointing: false,
             retries: Arc::new(AtomicU64::new(0)),
@@ -443,7 +451,7 @@ impl<T> PostgresSink<T> {
     /// `COMMIT PREPARED` that releases them runs on this very thread when the checkpoint
     /// completes. The rows wait in memory (as the open epoch does anyway) until then.
     fn flush_if_due(&mut self) -> Result<()> {
-        if self.checkpointing && !self.pending.is_empty() {
+        if self.must_wait() {
             return Ok(());
         }
         let waiting = self.rows.as_ref().map_or(0, |r| r.len() - self.sent);
@@ -584,9 +592,137 @@ impl<T> PostgresSink<T> {
     }
 
     fn snapshot(&self) -> Result<Option<Vec<u8>>> {
-        serde_json::to_vec(&self.pending)
+        let state = SinkState { prepared: self.pending.clone(), held: self.held.clone() };
+        serde_json::to_vec(&state)
             .map(Some)
             .map_err(|e| Error::Internal(format!("{}: encoding pre-commit state: {e}", self.what)))
+    }
+
+    /// An earlier epoch is prepared and not committed, or held: the open epoch's rows wait
+    /// (in memory) for it, and its records are kept so that it can be held in turn.
+    fn must_wait(&self) -> bool {
+        self.checkpointing && !(self.pending.is_empty() && self.held.is_empty())
+    }
+}
+
+impl<T: Data + Serialize> PostgresSink<T> {
+    /// A record into the open epoch's rows (the table's shape from the first record).
+    fn buffer(&mut self, value: &T) -> Result<()> {
+        self.row.clear();
+        to_row(value, &mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
+        if self.rows.is_none() {
+            let shape = Shape::of(&self.row);
+            let mut key = Vec::new();
+            for k in &self.config.key {
+                let i = shape.names.iter().position(|n| n == k).ok_or_else(|| {
+                    Error::config(
+                        "postgres.key",
+                        format!("column `{k}` is not a field of the record ({})", shape.names.join(", ")),
+                    )
+                })?;
+                key.push(i);
+            }
+            self.table =
+                Some(TableSql::new(&self.config.schema, &self.config.table, &shape, &self.config.key));
+            self.rows = Some(RowBuffer::new(shape, key));
+        }
+        if let Some(rows) = self.rows.as_mut() {
+            rows.push(&mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
+        }
+        Ok(())
+    }
+
+    /// Barrier `checkpoint` while an earlier epoch is prepared or held: the open epoch is
+    /// held (its records go into the checkpoint), not prepared.
+    fn hold(&mut self, checkpoint: u64) -> Result<()> {
+        let records = bincode::serde::encode_to_vec(&self.stash, bincode::config::standard())
+            .map_err(|e| Error::Internal(format!("{}: encoding held records: {e}", self.what)))?;
+        let gid = self.ids.as_ref().map(|i| i.gid(checkpoint)).unwrap_or_default();
+        tracing::info!(
+            "caudal: {}: checkpoint {checkpoint}'s {} rows are held in the checkpoint: an earlier epoch is \
+             still prepared, not committed (a failed checkpoint?)",
+            self.what,
+            self.stash.len()
+        );
+        self.held.push(HeldEpoch { checkpoint, gid, records });
+        self.stash.clear();
+        self.clear_epoch();
+        self.first_unsent = None;
+        Ok(())
+    }
+
+    /// Writes and commits the held epochs of checkpoints up to `checkpoint` (completed, or
+    /// restored), in order, once no prepared epoch holds locks before them. Each commits with
+    /// its id recorded in `caudal_sink_epochs`; one found there was written already.
+    fn write_held_up_to(&mut self, checkpoint: u64) -> Result<()> {
+        if self.pending.iter().any(|p| p.checkpoint <= checkpoint) {
+            return Ok(());
+        }
+        while self.held.first().is_some_and(|h| h.checkpoint <= checkpoint) {
+            let epoch = self.held.remove(0);
+            self.write_held(&epoch)?;
+        }
+        if !self.must_wait() {
+            // The open epoch no longer needs its records kept: its rows go as usual.
+            self.stash.clear();
+        }
+        Ok(())
+    }
+
+    fn write_held(&mut self, epoch: &HeldEpoch) -> Result<()> {
+        let committed_sql = self.epoch_sql.committed.clone();
+        let gid = epoch.gid.clone();
+        let done = self.retry("looking up committed epochs", |s, _| {
+            s.control(|rt, timeout, c| {
+                let row =
+                    block(rt, timeout, "looking up committed epochs", c.query_opt(&committed_sql, &[&gid]))?;
+                Ok(row.is_some())
+            })
+        })?;
+        if done {
+            return Ok(());
+        }
+        let (records, _): (Vec<T>, usize) =
+            bincode::serde::decode_from_slice(&epoch.records, bincode::config::standard()).map_err(|e| {
+                Error::CorruptState(format!(
+                    "{}: the held records of checkpoint {}: {e}",
+                    self.what, epoch.checkpoint
+                ))
+            })?;
+        // The open epoch's rows step aside while the held ones go out.
+        let open = self.rows.take();
+        let open_in_txn = std::mem::take(&mut self.in_txn);
+        let result = (|| {
+            for r in &records {
+                self.buffer(r)?;
+            }
+            let (sink, subtask) =
+                self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
+            let record = self.epoch_sql.record.clone();
+            let n = epoch.checkpoint as i64;
+            self.sent = 0;
+            self.retry(&format!("writing the held rows of checkpoint {}", epoch.checkpoint), |s, _| {
+                s.on_data(|s| {
+                    s.try_send()?;
+                    let rt = s.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+                    let timeout = s.timeout();
+                    let (client, _) = s.data.get(rt)?;
+                    block(
+                        rt,
+                        timeout,
+                        "recording the epoch",
+                        client.execute(&record, &[&gid, &sink, &subtask, &n]),
+                    )?;
+                    s.commit_open()
+                })
+            })
+        })();
+        self.clear_epoch();
+        if open.is_some() {
+            self.rows = open;
+        }
+        self.in_txn = open_in_txn;
+        result
     }
 }
 
@@ -600,12 +736,20 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
         }
         let restored = ctx.restored_checkpoint.map_or(0, |c| c.0);
         let mut keep = Vec::new();
+        let mut held = Vec::new();
         for blob in snapshots {
-            let epochs: Vec<PreparedEpoch> = serde_json::from_slice(&blob)
+            let state = SinkState::decode(&blob)
                 .map_err(|e| Error::CorruptState(format!("{}: corrupt pre-commit state: {e}", self.what)))?;
-            keep.extend(epochs.into_iter().filter(|p| p.checkpoint <= restored));
+            keep.extend(state.prepared.into_iter().filter(|p| p.checkpoint <= restored));
+            held.extend(state.held.into_iter().filter(|h| h.checkpoint <= restored));
         }
-        self.recover(&keep)
+        self.recover(&keep)?;
+        // Every old subtask's held epochs, after every prepared one (they are newer).
+        held.sort_by_key(|h| h.checkpoint);
+        for epoch in &held {
+            self.write_held(epoch)?;
+        }
+        Ok(())
     }
 
     fn on_start(&mut self, ctx: &mut OperatorContext) -> Result<()> {
@@ -625,27 +769,10 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             return Ok(());
         }
         for r in &batch {
-            self.row.clear();
-            to_row(&r.value, &mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
-            if self.rows.is_none() {
-                let shape = Shape::of(&self.row);
-                let mut key = Vec::new();
-                for k in &self.config.key {
-                    let i = shape.names.iter().position(|n| n == k).ok_or_else(|| {
-                        Error::config(
-                            "postgres.key",
-                            format!("column `{k}` is not a field of the record ({})", shape.names.join(", ")),
-                        )
-                    })?;
-                    key.push(i);
-                }
-                self.table =
-                    Some(TableSql::new(&self.config.schema, &self.config.table, &shape, &self.config.key));
-                self.rows = Some(RowBuffer::new(shape, key));
-            }
-            if let Some(rows) = self.rows.as_mut() {
-                rows.push(&mut self.row).map_err(|e| Error::BadRecord(format!("{}: {e}", self.what)))?;
-            }
+            self.buffer(&r.value)?;
+        }
+        if self.must_wait() {
+            self.stash.extend(batch.into_iter().map(|r| r.value));
         }
         self.first_unsent.get_or_insert_with(Instant::now);
         self.flush_if_due()
@@ -660,7 +787,9 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             self.flush()?;
             return Ok(None);
         }
-        if self.rows.as_ref().is_some_and(|r| !r.is_empty()) {
+        if self.rows.as_ref().is_some_and(|r| !r.is_empty()) && self.must_wait() {
+            self.hold(checkpoint.0)?;
+        } else if self.rows.as_ref().is_some_and(|r| !r.is_empty()) {
             let gid = self.ids.as_ref().map(|i| i.gid(checkpoint.0)).unwrap_or_default();
             let (sink, subtask) =
                 self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
@@ -699,6 +828,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
 
     fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
         self.commit_up_to(checkpoint.0)?;
+        self.write_held_up_to(checkpoint.0)?;
         // The locks are released: the rows that waited for them can go.
         self.flush_if_due()
     }
@@ -712,6 +842,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             return Ok(());
         }
         self.commit_up_to(u64::MAX)?;
+        self.write_held_up_to(u64::MAX)?;
         if self.checkpointing {
             // Rows after the last barrier (the final checkpoint normally leaves none).
             self.checkpointing = false;

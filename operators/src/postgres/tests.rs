@@ -163,31 +163,37 @@ fn a_field_added_to_the_record_type_becomes_a_column_of_the_existing_table() {
 #[test]
 fn restore_commits_the_recorded_epoch_and_rolls_back_newer_ones() {
     let Some(db) = Db::open("pg_restore") else { return };
-    // Run a1: epoch 1 prepared and recorded in checkpoint 1, epoch 2 prepared in a
-    // checkpoint that never completed; then the process dies.
+    // Run a1: subtask 0's epoch 1 prepared and recorded in checkpoint 1; subtask 1's epoch 2
+    // prepared in a checkpoint that never completed; then the process dies.
     let mut ctx = context(&db.job(), 0, None);
     ctx.attempt = "a1".into();
     let mut a = db.sink();
     a.on_start(&mut ctx).unwrap();
     a.write_batch(vec![reading(1, 1, 1.0), reading(1, 2, 2.0)], &mut ctx).unwrap();
     let chk1 = a.pre_commit(CheckpointId(1), &mut ctx).unwrap().unwrap();
-    a.write_batch(vec![reading(1, 3, 3.0)], &mut ctx).unwrap();
-    a.pre_commit(CheckpointId(2), &mut ctx).unwrap();
+    let mut ctx1 = context(&db.job(), 1, None);
+    ctx1.attempt = "a1".into();
+    let mut other = db.sink();
+    other.on_start(&mut ctx1).unwrap();
+    let other_chk1 = other.pre_commit(CheckpointId(1), &mut ctx1).unwrap().unwrap();
+    other.write_batch(vec![reading(1, 3, 3.0)], &mut ctx1).unwrap();
+    other.pre_commit(CheckpointId(2), &mut ctx1).unwrap();
     a.write_batch(vec![reading(1, 4, 4.0)], &mut ctx).unwrap(); // open, never prepared
-    drop(a);
+    drop((a, other));
     assert_eq!(db.prepared().len(), 2);
+    let chk1 = vec![chk1, other_chk1];
     // Run b1 restores checkpoint 1: epoch 1 committed, epoch 2 rolled back.
     let mut ctx = context(&db.job(), 0, Some(1));
     ctx.attempt = "b1".into();
     let mut b = db.sink();
-    b.restore(vec![chk1.clone()], &mut ctx).unwrap();
+    b.restore(chk1.clone(), &mut ctx).unwrap();
     b.on_start(&mut ctx).unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
     assert!(db.prepared().is_empty(), "newer epochs rolled back: {:?}", db.prepared());
     // Restoring the same checkpoint again (a crash during the restore) changes nothing.
     ctx.attempt = "c1".into();
     let mut c = db.sink();
-    c.restore(vec![chk1], &mut ctx).unwrap();
+    c.restore(chk1, &mut ctx).unwrap();
     assert_eq!(db.rows(), vec![(1, 1, 1.0), (1, 2, 2.0)]);
 }
 
@@ -451,4 +457,77 @@ fn the_lookup_enriches_every_element_through_async_io_with_one_query_per_key() {
     let queries = counter.queries();
     assert!((50..=50 + 2 * 20).contains(&queries), "{queries} queries for 50 keys");
     db.rt.block_on(db.client.batch_execute(&format!("DROP SCHEMA \"{s}\" CASCADE"))).unwrap();
+}
+
+/// Runs `f` on a thread of its own and fails the test if it takes over `limit` (a lock wait
+/// would otherwise hang the test for the sink's retries).
+fn within<R: Send + 'static>(
+    limit: std::time::Duration,
+    what: &str,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("{what} did not return within {limit:?}"))
+}
+
+/// Checkpoint 1 fails (its epoch stays prepared, holding its keys' row locks) and the next
+/// epoch upserts the same keys (a "latest per sensor" table does every epoch): barrier 2
+/// holds the epoch in the checkpoint instead of waiting for locks that only the commit on
+/// this same thread would release (#43: a lock wait, minutes of retries, a failed job).
+/// Checkpoint 2's completion commits epoch 1, then writes epoch 2 over it, in order.
+#[test]
+fn after_a_failed_checkpoint_the_next_epoch_of_the_same_keys_waits_in_the_checkpoint() {
+    let Some(db) = Db::open("pg_held") else { return };
+    let job = db.job();
+    let mut sink = db.sink();
+    let (sink, _) = within(std::time::Duration::from_secs(60), "barrier 2", move || {
+        let mut ctx = context(&job, 0, None);
+        ctx.attempt = "a1".into();
+        sink.on_start(&mut ctx).unwrap();
+        sink.write_batch(vec![reading(1, 1, 1.0), reading(2, 1, 1.0)], &mut ctx).unwrap();
+        sink.pre_commit(CheckpointId(1), &mut ctx).unwrap(); // checkpoint 1 never completes
+        sink.write_batch(vec![reading(1, 1, 2.0), reading(3, 1, 3.0)], &mut ctx).unwrap();
+        let chk2 = sink.pre_commit(CheckpointId(2), &mut ctx).unwrap().unwrap();
+        (sink, chk2)
+    });
+    assert_eq!(db.prepared().len(), 1, "epoch 2 is held, not prepared");
+    assert_eq!(db.rows(), vec![]);
+    let job = db.job();
+    let mut sink = sink;
+    within(std::time::Duration::from_secs(60), "completing checkpoint 2", move || {
+        let mut ctx = context(&job, 0, None);
+        ctx.attempt = "a1".into();
+        sink.on_checkpoint_complete(CheckpointId(2), &mut ctx).unwrap();
+        // The epoch after it goes the usual way again.
+        sink.write_batch(vec![reading(3, 1, 4.0)], &mut ctx).unwrap();
+        sink.pre_commit(CheckpointId(3), &mut ctx).unwrap();
+        sink.on_checkpoint_complete(CheckpointId(3), &mut ctx).unwrap();
+    });
+    assert_eq!(db.rows(), vec![(1, 1, 2.0), (2, 1, 1.0), (3, 1, 4.0)]);
+    assert!(db.prepared().is_empty());
+
+    // A crash right after barrier 2 instead: the restore of checkpoint 2 commits epoch 1 and
+    // writes epoch 2, once however often it runs.
+    let Some(db) = Db::open("pg_held_restore") else { return };
+    let mut ctx = context(&db.job(), 0, None);
+    ctx.attempt = "a1".into();
+    let mut a = db.sink();
+    a.on_start(&mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 1, 1.0), reading(2, 1, 1.0)], &mut ctx).unwrap();
+    a.pre_commit(CheckpointId(1), &mut ctx).unwrap();
+    a.write_batch(vec![reading(1, 1, 2.0), reading(3, 1, 3.0)], &mut ctx).unwrap();
+    let chk2 = a.pre_commit(CheckpointId(2), &mut ctx).unwrap().unwrap();
+    drop(a);
+    for attempt in ["b1", "c1"] {
+        let mut ctx = context(&db.job(), 0, Some(2));
+        ctx.attempt = attempt.into();
+        let mut b = db.sink();
+        b.restore(vec![chk2.clone()], &mut ctx).unwrap();
+        b.on_start(&mut ctx).unwrap();
+        assert_eq!(db.rows(), vec![(1, 1, 2.0), (2, 1, 1.0), (3, 1, 3.0)], "after restore {attempt}");
+        assert!(db.prepared().is_empty());
+    }
 }

@@ -25,6 +25,47 @@ pub(crate) struct PreparedEpoch {
     pub gid: String,
 }
 
+/// An epoch that could not be prepared at its barrier because an earlier one was still
+/// prepared and not committed (its checkpoint failed, or its completion had not arrived):
+/// its rows would have waited for that transaction's row locks on the thread that commits
+/// it. Its records go into the checkpoint instead, and are written and committed (with
+/// `gid` recorded in `caudal_sink_epochs`, so a restore writes them once) when a checkpoint
+/// covering it completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HeldEpoch {
+    /// The checkpoint whose barrier closed the epoch.
+    pub checkpoint: u64,
+    /// The id its rows are recorded under once committed.
+    pub gid: String,
+    /// The epoch's records, bincode-encoded (`Vec<T>`).
+    pub records: Vec<u8>,
+}
+
+/// What a sink subtask puts in a checkpoint: its prepared epochs and its held ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SinkState {
+    pub prepared: Vec<PreparedEpoch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldEpoch>,
+}
+
+impl SinkState {
+    /// A snapshot as stored: this form, or the list of prepared epochs that releases before
+    /// held epochs stored.
+    pub(crate) fn decode(blob: &[u8]) -> Result<SinkState, serde_json::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            State(SinkState),
+            Prepared(Vec<PreparedEpoch>),
+        }
+        Ok(match serde_json::from_slice(blob)? {
+            Stored::State(s) => s,
+            Stored::Prepared(prepared) => SinkState { prepared, held: Vec::new() },
+        })
+    }
+}
+
 /// Names of one sink subtask's transactions.
 #[derive(Debug, Clone)]
 pub(crate) struct EpochIds {
@@ -136,6 +177,20 @@ pub(crate) fn rollback(gid: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_of_an_earlier_release_reads_as_prepared_epochs() {
+        let old = br#"[{"checkpoint":3,"gid":"j-o-1-0-3-a"}]"#;
+        let state = SinkState::decode(old).unwrap();
+        assert_eq!(state.prepared, vec![PreparedEpoch { checkpoint: 3, gid: "j-o-1-0-3-a".into() }]);
+        assert!(state.held.is_empty());
+        let now = SinkState {
+            prepared: state.prepared.clone(),
+            held: vec![HeldEpoch { checkpoint: 4, gid: "g".into(), records: vec![1, 2] }],
+        };
+        assert_eq!(SinkState::decode(&serde_json::to_vec(&now).unwrap()).unwrap(), now);
+        assert!(SinkState::decode(b"{\"x\":1}").is_err());
+    }
 
     #[test]
     fn ids_share_the_sink_prefix_and_fit_postgres() {

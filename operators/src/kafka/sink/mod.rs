@@ -124,17 +124,21 @@ impl<T: Data> Sink for KafkaSink<T> {
         let settings = SinkProducer::client_config(&self.config, transactional, true)?;
         crate::kafka::properties::publish_effective(&settings, PRODUCER, &ctx.metrics);
         self.mode = match self.config.delivery {
-            DeliveryGuarantee::ExactlyOnce if !ctx.checkpointing => {
+            DeliveryGuarantee::ExactlyOnce if ctx.checkpoint_timing.is_none() => {
+                // Without periodic checkpoints (none at all, or a restored job with only its
+                // final one) one transaction would span the whole run, and a run longer than
+                // transaction.timeout.ms (a quiet tail is enough) would end in lost records.
+                let takes = if ctx.checkpointing { "only its final one" } else { "none" };
                 return Err(Error::config(
-                    "kafka.delivery",
+                    "--checkpoint-interval",
                     format!(
                         "kafka sink into `{}`: exactly-once commits its transactions when checkpoints \
-                         complete, and this job takes none: one transaction would span the whole run \
+                         complete, and this job takes {takes}: one transaction would span the whole run \
                          (aborted by the broker after transaction.timeout.ms). Set a checkpoint interval, \
                          or use at-least-once",
                         self.config.topic
                     ),
-                ))
+                ));
             }
             DeliveryGuarantee::ExactlyOnce => {
                 broker_limits::check_broker_max_timeout(&self.config)?;
@@ -263,5 +267,20 @@ mod tests {
         let mut sink = KafkaSink::<Row>::new(KafkaSinkConfig::new("127.0.0.1:1", "out"), JsonSerializer);
         let e = sink.on_start(&mut ctx).unwrap_err().to_string();
         assert!(e.contains("this job takes none") && e.contains("at-least-once"), "{e}");
+    }
+
+    /// A restored job without a checkpoint interval takes only its final checkpoint: the same
+    /// one transaction for the whole run, refused the same way (#43: before, it started, and
+    /// a quiet tail longer than transaction.timeout.ms ended in lost records).
+    #[test]
+    fn exactly_once_with_only_a_final_checkpoint_is_refused_at_start() {
+        let mut ctx = OperatorContext::unkeyed("job", "sink", 1, 2);
+        ctx.checkpointing = true;
+        ctx.checkpoint_timing = None;
+        let mut sink = KafkaSink::<Row>::new(KafkaSinkConfig::new("127.0.0.1:1", "out"), JsonSerializer);
+        let e = sink.on_start(&mut ctx).unwrap_err();
+        assert!(!e.is_retryable(), "{e:?}");
+        let e = e.to_string();
+        assert!(e.contains("only its final one") && e.contains("--checkpoint-interval"), "{e}");
     }
 }

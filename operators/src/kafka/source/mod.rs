@@ -11,6 +11,7 @@
 //! from librdkafka's statistics every `lag_interval`, checkpointed offset, lag), which the
 //! engine serves at `/api/v1/jobs/{job}/kafka`, on the job page and at `/metrics`.
 
+mod bad_records;
 mod dead_letter;
 mod decode;
 mod reader;
@@ -59,6 +60,11 @@ pub struct KafkaSourceConfig {
     /// Topic for records that cannot be decoded; `None`: count and log them only.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// More records that cannot be decoded than this in any minute fail the job (`None`: no
+    /// such limit). Whatever it is, an input of which every record is bad fails the job: at
+    /// the end of a bounded one, after 1,000 of an unbounded one.
+    #[serde(default)]
+    pub max_bad_records_per_minute: Option<u64>,
     /// How often end offsets (for lag) are refreshed (librdkafka statistics interval).
     #[serde(rename = "lag_interval_ms", with = "crate::kafka::serde_forms::millis")]
     #[serde(default = "default_lag_interval")]
@@ -96,6 +102,7 @@ impl KafkaSourceConfig {
             bounded: false,
             start_from: StartFrom::Earliest,
             dead_letter_topic: None,
+            max_bad_records_per_minute: None,
             lag_interval: default_lag_interval(),
             properties: Vec::new(),
             partition_discovery: Some(DEFAULT_PARTITION_DISCOVERY),

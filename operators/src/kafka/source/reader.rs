@@ -1,5 +1,6 @@
 //! One source subtask: its partitions, their offsets, decoding and dead letters.
 
+use super::bad_records::BadRecordBudget;
 use super::dead_letter::{DeadLetters, Origin};
 use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
@@ -100,13 +101,18 @@ struct Positions {
     /// topic grew meanwhile.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     ends: BTreeMap<i32, i64>,
+    /// How many partitions the topic had as far as the reader knew (at its start, or
+    /// since discovered): a partition numbered past them was added after this snapshot.
+    /// Absent in snapshots of older releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic_partitions: Option<i32>,
 }
 
 impl Positions {
     /// The positions of `topic` in the restored snapshots of this subtask (all of them
     /// after a rescale: each holds some partitions).
     fn restored(topic: &str, blobs: &[Vec<u8>]) -> Result<Positions> {
-        let mut all = Positions { topic: topic.to_owned(), offsets: BTreeMap::new(), ends: BTreeMap::new() };
+        let mut all = Positions { topic: topic.to_owned(), ..Positions::default() };
         for blob in blobs {
             let positions: Positions = serde_json::from_slice(blob).map_err(|e| {
                 Error::CorruptState(format!(
@@ -116,9 +122,17 @@ impl Positions {
             if positions.topic == topic {
                 all.offsets.extend(positions.offsets);
                 all.ends.extend(positions.ends);
+                all.topic_partitions = all.topic_partitions.max(positions.topic_partitions);
             }
         }
         Ok(all)
+    }
+
+    /// `partition` was added to the topic after the snapshot these positions come from, so
+    /// a restored reader reads it from its beginning, as the running one did (or would
+    /// have, had it found it before the failure), whatever the start policy.
+    fn added_since(&self, partition: i32) -> bool {
+        self.topic_partitions.is_some_and(|known| partition >= known)
     }
 }
 
@@ -130,16 +144,45 @@ struct PartitionState {
     next: i64,
     /// Bounded: stop before this offset.
     end: Option<i64>,
+    /// Where the consumer stood when it last reached the partition's end: past `next` when
+    /// transaction markers follow the last record (they take offsets but are no records).
+    reached_end_at: i64,
+    /// Bounded: the wait for an open transaction below the end was logged.
+    waiting_logged: bool,
     finished: bool,
     gauges: PartitionGauges,
 }
 
 impl PartitionState {
+    fn new(partition: i32, next: i64, end: Option<i64>, gauges: PartitionGauges) -> Self {
+        PartitionState {
+            partition,
+            next,
+            end,
+            reached_end_at: -1,
+            waiting_logged: false,
+            finished: false,
+            gauges,
+        }
+    }
+
+    /// Bounded: everything below the end was read or stepped over. The consumer reaching
+    /// the end it can see is not enough: a transaction open below the end stops a
+    /// `read_committed` consumer there until it commits (its records then follow) or
+    /// aborts.
+    fn read_to_end(&self) -> bool {
+        self.end.is_some_and(|end| self.next.max(self.reached_end_at) >= end)
+    }
+
     /// Records past the position are known to exist (the bounded end, or the end offset the
-    /// last statistics gave): a silent partition is then stalled, not idle.
+    /// last statistics gave): a silent partition is then stalled, not idle. The position is
+    /// the next record's offset or, once the consumer reached the end, where it stood then:
+    /// a quiet partition written by a transactional producer (another exactly-once job)
+    /// ends in a commit marker, and counting that as backlog would hold the watermark back
+    /// for good.
     fn has_backlog(&self) -> bool {
         let end = self.end.unwrap_or_else(|| self.gauges.end_offset.load(Ordering::Relaxed));
-        end > self.next
+        end > self.next.max(self.reached_end_at)
     }
 }
 
@@ -152,6 +195,7 @@ pub struct KafkaSourceReader<T> {
     decoder: Box<dyn KafkaDecoder<T>>,
     dead_letters: Option<DeadLetters>,
     bad_records: Arc<AtomicU64>,
+    budget: BadRecordBudget,
     /// The subtask's counters (bytes read: keys and values as they come from the broker).
     metrics: Arc<caudal::metrics::SubtaskMetrics>,
     last_positions: Option<Positions>,
@@ -165,6 +209,9 @@ pub struct KafkaSourceReader<T> {
     /// How often partitions added to the topic are looked for (`None`: never; bounded).
     discovery: Option<Duration>,
     last_discovery: Instant,
+    /// How many partitions the topic has, as far as this reader knows (checkpointed: a
+    /// restore reads partitions added since from their beginning).
+    topic_partitions: i32,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -207,12 +254,13 @@ fn consumer_config(config: &KafkaSourceConfig, group: &str) -> ClientConfig {
     client
 }
 
-/// The topic's partitions this subtask reads (partition `p` goes to subtask `p % parallelism`).
+/// The topic's partitions this subtask reads (partition `p` goes to subtask `p % parallelism`),
+/// and how many partitions the topic has.
 fn partitions_of_subtask(
     consumer: &BaseConsumer<LagContext>,
     config: &KafkaSourceConfig,
     ctx: &SourceContext,
-) -> Result<Vec<i32>> {
+) -> Result<(Vec<i32>, i32)> {
     let topic = config.topic.as_str();
     let metadata = consumer
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
@@ -229,12 +277,13 @@ fn partitions_of_subtask(
             message: format!("topic `{topic}` does not exist on {} (create it first)", config.brokers),
         });
     }
+    let count = all.iter().max().map_or(0, |p| p + 1);
     let mut mine: Vec<i32> = all
         .into_iter()
         .filter(|p| u32::try_from(*p).is_ok_and(|p| p % ctx.parallelism.max(1) == ctx.subtask))
         .collect();
     mine.sort_unstable();
-    Ok(mine)
+    Ok((mine, count))
 }
 
 /// The consumer group's committed offsets of `partitions` (those it has).
@@ -260,7 +309,8 @@ fn committed_offsets(
 }
 
 /// Decides where each of `mine` starts (restored offset, else the group's committed one,
-/// else `StartFrom`) and where a bounded read ends, and assigns them to the consumer.
+/// else `StartFrom`; a partition added to the topic after the restored checkpoint from its
+/// beginning) and where a bounded read ends, and assigns them to the consumer.
 fn assign(
     consumer: &BaseConsumer<LagContext>,
     config: &KafkaSourceConfig,
@@ -270,31 +320,38 @@ fn assign(
     committed: &BTreeMap<i32, i64>,
 ) -> Result<Vec<PartitionState>> {
     let topic = config.topic.as_str();
+    let ends = if config.bounded { Some(EndProbe::new(config)?) } else { None };
     let mut partitions = Vec::with_capacity(mine.len());
     let mut assignment = TopicPartitionList::new();
     for p in mine {
         let known = restored.offsets.get(&p).or_else(|| committed.get(&p)).copied();
-        let restored_end = restored.ends.get(&p).copied().filter(|_| config.bounded);
-        let watermarks = if known.is_none() || (config.bounded && restored_end.is_none()) {
-            Some(
-                consumer
-                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-                    .map_err(kafka_error(topic, &format!("reading the offsets of partition {p}")))?,
-            )
-        } else {
-            None
+        let end = match (&ends, restored.ends.get(&p)) {
+            (None, _) => None,
+            (Some(_), Some(end)) => Some(*end),
+            (Some(probe), None) => Some(probe.end_of(topic, p)?),
         };
-        let end = if config.bounded { restored_end.or(watermarks.map(|(_, high)| high)) } else { None };
         // Where a partition not read before starts, as an offset: a snapshot taken before
         // its first record then still says where it starts (else a restore would apply
         // `StartFrom` again: `Latest` would skip what came since the first start).
-        let next = match (known, watermarks) {
-            (Some(o), _) => o,
-            (None, Some((low, high))) => match config.start_from {
-                StartFrom::Earliest | StartFrom::Committed => low,
-                StartFrom::Latest => high,
-            },
-            (None, None) => 0,
+        let next = match known {
+            Some(o) => o,
+            None => {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                    .map_err(kafka_error(topic, &format!("reading the offsets of partition {p}")))?;
+                if restored.added_since(p) {
+                    tracing::info!(
+                        "caudal: kafka source `{topic}`: partition {p} was added to the topic after the \
+                         restored checkpoint: reading it from its beginning"
+                    );
+                    low
+                } else {
+                    match config.start_from {
+                        StartFrom::Earliest | StartFrom::Committed => low,
+                        StartFrom::Latest => high,
+                    }
+                }
+            }
         };
         assignment
             .add_partition_offset(topic, p, Offset::Offset(next))
@@ -303,10 +360,38 @@ fn assign(
         let gauges = PartitionGauges::new(&ctx.metrics, topic, p);
         gauges.checkpointed.store(known.unwrap_or(-1), Ordering::Relaxed);
         consumer.context().partitions.write().insert(p, gauges.clone());
-        partitions.push(PartitionState { partition: p, next, end, finished: false, gauges });
+        partitions.push(PartitionState::new(p, next, end, gauges));
     }
     consumer.assign(&assignment).map_err(kafka_error(topic, "assigning partitions"))?;
     Ok(partitions)
+}
+
+/// Where a bounded read of a partition ends: its high watermark at the first start, the
+/// records of transactions still open then included. A `read_committed` consumer's own
+/// end offsets stop at the first open transaction (the last stable offset), which would
+/// leave out what that transaction commits later and every record committed after it.
+struct EndProbe(BaseConsumer);
+
+impl EndProbe {
+    fn new(config: &KafkaSourceConfig) -> Result<Self> {
+        let mut settings = ClientConfig::new();
+        settings.set("bootstrap.servers", &config.brokers);
+        for (k, v) in &config.properties {
+            settings.set(k, v);
+        }
+        settings.set("isolation.level", "read_uncommitted");
+        settings
+            .create()
+            .map(EndProbe)
+            .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })
+    }
+
+    fn end_of(&self, topic: &str, partition: i32) -> Result<i64> {
+        self.0
+            .fetch_watermarks(topic, partition, METADATA_TIMEOUT)
+            .map(|(_, high)| high)
+            .map_err(kafka_error(topic, &format!("reading the end offset of partition {partition}")))
+    }
 }
 
 fn kafka_error<'a>(topic: &'a str, what: &str) -> impl Fn(KafkaError) -> Error + 'a {
@@ -334,7 +419,7 @@ impl<T> KafkaSourceReader<T> {
         let consumer: BaseConsumer<LagContext> = settings
             .create_with_context(context)
             .map_err(|e| Error::Config { setting: "kafka consumer".into(), message: e.to_string() })?;
-        let mine = partitions_of_subtask(&consumer, config, ctx)?;
+        let (mine, topic_partitions) = partitions_of_subtask(&consumer, config, ctx)?;
         let checkpointed = Positions::restored(topic, restored)?;
         let committed = if restored.is_empty() && config.start_from == StartFrom::Committed {
             committed_offsets(&consumer, topic, &mine)?
@@ -364,6 +449,7 @@ impl<T> KafkaSourceReader<T> {
             decoder,
             dead_letters,
             bad_records: ctx.metrics.counter("bad_records"),
+            budget: BadRecordBudget::new(topic, config.max_bad_records_per_minute),
             metrics: ctx.metrics.clone(),
             last_positions: None,
             last_covered: BTreeMap::new(),
@@ -371,6 +457,7 @@ impl<T> KafkaSourceReader<T> {
             probed,
             discovery,
             last_discovery: Instant::now(),
+            topic_partitions,
         };
         for i in 0..reader.partitions.len() {
             let done = reader.partitions[i].end.is_some_and(|e| reader.partitions[i].next >= e);
@@ -401,24 +488,17 @@ impl<T> KafkaSourceReader<T> {
             return Ok(());
         }
         self.last_discovery = Instant::now();
-        let added: Vec<i32> = health
-            .partitions()
-            .into_iter()
-            .filter(|p| self.probed.covers(*p) && self.split_of(*p).is_none())
-            .collect();
+        let all = health.partitions();
+        self.topic_partitions = all.iter().map(|p| p + 1).fold(self.topic_partitions, i32::max);
+        let added: Vec<i32> =
+            all.into_iter().filter(|p| self.probed.covers(*p) && self.split_of(*p).is_none()).collect();
         if added.is_empty() {
             return Ok(());
         }
         for p in &added {
             let gauges = PartitionGauges::new(&self.metrics, &self.topic, *p);
             self.consumer.context().partitions.write().insert(*p, gauges.clone());
-            self.partitions.push(PartitionState {
-                partition: *p,
-                next: 0,
-                end: None,
-                finished: false,
-                gauges,
-            });
+            self.partitions.push(PartitionState::new(*p, 0, None, gauges));
         }
         // The whole assignment again, every partition where the reader is: librdkafka drops
         // what it had fetched past that, so nothing is read twice.
@@ -437,6 +517,41 @@ impl<T> KafkaSourceReader<T> {
         Ok(())
     }
 
+    /// The consumer reached the end of `partition`: remember where it stands (past the
+    /// transaction markers that follow the last record, which it stepped over).
+    /// Returns the partition's split.
+    fn reached_end(&mut self, partition: i32) -> Option<usize> {
+        let i = self.split_of(partition)?;
+        let at = self.consumer_positions().get(&partition).copied().unwrap_or(-1);
+        let p = &mut self.partitions[i];
+        p.reached_end_at = p.reached_end_at.max(at);
+        if p.end.is_some_and(|end| p.next.max(p.reached_end_at) < end) && !p.waiting_logged {
+            p.waiting_logged = true;
+            tracing::info!(
+                "caudal: kafka source `{}`: partition {partition} holds records of a transaction still open \
+                 below its end offset {}: waiting until it commits or aborts",
+                self.topic,
+                p.end.unwrap_or_default()
+            );
+        }
+        Some(i)
+    }
+
+    /// The consumer's position in each assigned partition that has one.
+    fn consumer_positions(&self) -> BTreeMap<i32, i64> {
+        match self.consumer.position() {
+            Ok(tpl) => tpl
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        }
+    }
+
     fn split_of(&self, partition: i32) -> Option<usize> {
         self.partitions.iter().position(|p| p.partition == partition)
     }
@@ -447,17 +562,7 @@ impl<T> KafkaSourceReader<T> {
     /// record: without this a transactional input would show a lag of 1 forever).
     /// Finished partitions keep their next offset (records past a bounded end are skipped).
     fn covered(&self, positions: &Positions) -> BTreeMap<i32, i64> {
-        let consumer_at: BTreeMap<i32, i64> = match self.consumer.position() {
-            Ok(tpl) => tpl
-                .elements()
-                .iter()
-                .filter_map(|e| match e.offset() {
-                    Offset::Offset(o) => Some((e.partition(), o)),
-                    _ => None,
-                })
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        };
+        let consumer_at = self.consumer_positions();
         positions
             .offsets
             .iter()
@@ -474,6 +579,7 @@ impl<T> KafkaSourceReader<T> {
             topic: self.topic.clone(),
             offsets: self.partitions.iter().map(|p| (p.partition, p.next)).collect(),
             ends: self.partitions.iter().filter_map(|p| p.end.map(|e| (p.partition, e))).collect(),
+            topic_partitions: Some(self.topic_partitions),
         }
     }
 }
@@ -492,6 +598,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
         }
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
+            self.budget.at_end()?;
             return Ok(SourcePoll::Finished);
         }
         self.discover()?;
@@ -504,8 +611,8 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             let msg = match event {
                 Ok(msg) => msg,
                 Err(KafkaError::PartitionEOF(partition)) => {
-                    if self.bounded {
-                        if let Some(i) = self.split_of(partition) {
+                    if let Some(i) = self.reached_end(partition) {
+                        if self.partitions[i].read_to_end() {
                             self.finish(i)?;
                             out.finish_split(i);
                         }
@@ -534,6 +641,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             bytes += msg.key_len() + msg.payload_len();
             match self.decoder.decode(msg.key(), msg.payload().unwrap_or(&[])) {
                 Ok(value) => {
+                    self.budget.good();
                     let ts = msg.timestamp().to_millis().unwrap_or(MIN_WATERMARK);
                     out.collect_with_timestamp(i, ts, value);
                 }
@@ -551,6 +659,8 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                         let origin = Origin { topic: &self.topic, partition, offset };
                         dlq.send(&origin, msg.key(), msg.payload().unwrap_or(&[]), &reason)?;
                     }
+                    self.budget
+                        .bad(&format!("partition {partition} offset {offset}: {reason}"), Instant::now())?;
                 }
                 Err(DecodeError::Unavailable(reason)) => {
                     return Err(Error::external(
@@ -578,6 +688,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
             Ok(SourcePoll::Ready)
         } else if self.bounded && self.partitions.iter().all(|p| p.finished) {
+            self.budget.at_end()?;
             Ok(SourcePoll::Finished)
         } else {
             Ok(SourcePoll::Pending(Duration::from_millis(10)))
