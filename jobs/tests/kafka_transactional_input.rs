@@ -64,7 +64,7 @@ fn a_quiet_partition_written_in_transactions_goes_idle_and_windows_keep_firing()
     create_topic(&stack, &windows, 2);
     let produced = Command::new(env!("CARGO_BIN_EXE_temperature"))
         .args(["produce", "--topic", &staging, "--sensors", "20", "--rate", "0", "--records", "4000"])
-        .args(["--seed", "43", "--event-interval-ms", "100"])
+        .args(["--seed", "43", "--event-interval-ms", "500"])
         .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
         .output()
         .unwrap();
@@ -81,7 +81,11 @@ fn a_quiet_partition_written_in_transactions_goes_idle_and_windows_keep_firing()
         all.iter().filter(|w| w.2 <= max_ts - OUT_OF_ORDERNESS_MS - 1_000).cloned().collect();
     let quiet_max = records[..200].iter().map(event_time).max().unwrap();
     let held_back = all.iter().filter(|w| w.2 <= quiet_max).count();
-    assert!(must_fire.len() > held_back + 100, "the input does not tell idle from held back");
+    assert!(
+        must_fire.len() > 4 * held_back.max(1),
+        "the input does not tell idle from held back: {} windows must fire, {held_back} would held back",
+        must_fire.len()
+    );
 
     let ckpt = tempfile::tempdir().unwrap();
     let mut job = Command::new(env!("CARGO_BIN_EXE_temperature"))
