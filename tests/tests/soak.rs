@@ -113,7 +113,7 @@ fn a_million_readings_kafka_to_kafka_under_random_kills_of_every_process_is_exac
     eprintln!("soak: seed {seed}, {} kills", kills());
     let mut rng = Rng(seed);
     // The first three kills hit each kind of process once, in an order of the seed's.
-    let mut kinds = vec![Victim::JobManager, Victim::TaskManager, Victim::Executor];
+    let mut kinds = [Victim::JobManager, Victim::TaskManager, Victim::Executor];
     let first = rng.below(3) as usize;
     kinds.swap(0, first);
     let second = 1 + rng.below(2) as usize;

@@ -264,6 +264,24 @@ pub(crate) fn canonical(location: &str) -> String {
     path
 }
 
+/// The location of every object under `prefix` (an absolute `file://` or `s3://` location).
+pub(crate) async fn list(storage_s3: &S3Config, prefix: &str) -> Result<Vec<String>> {
+    // The caller retries a failed listing with its policy.
+    let storage = ObjectStorage { s3: storage_s3.clone(), retry: None, buckets: Arc::default() };
+    let (store, key) = storage.resolve(prefix)?;
+    // `s3://bucket` (or `s3a://bucket`) or `file://`; object names carry no leading `/`.
+    let root = match s3_scheme(prefix) {
+        Some((scheme, rest)) => format!("{scheme}{}", rest.split('/').next().unwrap_or_default()),
+        None => "file://".to_string(),
+    };
+    let listed: Vec<ObjectPath> = match store.list(Some(&key)).map_ok(|m| m.location).try_collect().await {
+        Ok(l) => l,
+        Err(object_store::Error::NotFound { .. }) => Vec::new(),
+        Err(e) => return Err(io_error("listing", prefix, e)),
+    };
+    Ok(listed.into_iter().map(|k| format!("{root}/{k}")).collect())
+}
+
 #[cfg(test)]
 mod canonical_tests {
     use super::canonical;
@@ -282,22 +300,4 @@ mod canonical_tests {
         assert_eq!(canonical("s3://b/w/a.parquet"), "s3://b/w/a.parquet");
         assert_ne!(canonical("/w/t/a"), canonical("/w/t/b"));
     }
-}
-
-/// The location of every object under `prefix` (an absolute `file://` or `s3://` location).
-pub(crate) async fn list(storage_s3: &S3Config, prefix: &str) -> Result<Vec<String>> {
-    // The caller retries a failed listing with its policy.
-    let storage = ObjectStorage { s3: storage_s3.clone(), retry: None, buckets: Arc::default() };
-    let (store, key) = storage.resolve(prefix)?;
-    // `s3://bucket` (or `s3a://bucket`) or `file://`; object names carry no leading `/`.
-    let root = match s3_scheme(prefix) {
-        Some((scheme, rest)) => format!("{scheme}{}", rest.split('/').next().unwrap_or_default()),
-        None => "file://".to_string(),
-    };
-    let listed: Vec<ObjectPath> = match store.list(Some(&key)).map_ok(|m| m.location).try_collect().await {
-        Ok(l) => l,
-        Err(object_store::Error::NotFound { .. }) => Vec::new(),
-        Err(e) => return Err(io_error("listing", prefix, e)),
-    };
-    Ok(listed.into_iter().map(|k| format!("{root}/{k}")).collect())
 }
