@@ -113,7 +113,11 @@ impl Stage {
         let child = self.child.take().unwrap();
         assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{what} did not stop cleanly: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{what} did not stop cleanly: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -156,7 +160,12 @@ fn a_job_behind_an_exactly_once_job_both_killed_publishes_what_the_first_input_i
         stage.kill_and_restart();
     }
     first.wait_success("the first job");
-    assert!(first.kills >= 1 && second.kills >= 1, "both jobs must be killed ({} and {})", first.kills, second.kills);
+    assert!(
+        first.kills >= 1 && second.kills >= 1,
+        "both jobs must be killed ({} and {})",
+        first.kills,
+        second.kills
+    );
 
     // The second job reads everything the first committed; then it stops.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -165,7 +174,11 @@ fn a_job_behind_an_exactly_once_job_both_killed_publishes_what_the_first_input_i
         if got >= want_readings.len() {
             break;
         }
-        assert!(Instant::now() < deadline, "{got} of {} readings through both jobs after 120 s", want_readings.len());
+        assert!(
+            Instant::now() < deadline,
+            "{got} of {} readings through both jobs after 120 s",
+            want_readings.len()
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     second.stop("the second job");

@@ -86,9 +86,13 @@ fn crash_during_the_async_upload() {
     assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
     // It died half-way through: the files it says it stored are in storage, the rest not
     // (#43: the point could fire after a whole upload), and the checkpoint is not complete.
-    let line = err.lines().find(|l| l.contains("during-async-upload: in storage: ")).unwrap_or_else(|| panic!("{err}"));
+    let line = err
+        .lines()
+        .find(|l| l.contains("during-async-upload: in storage: "))
+        .unwrap_or_else(|| panic!("{err}"));
     let (stored, missing) = line.split_once("in storage: ").unwrap().1.split_once("; not yet: ").unwrap();
-    let (stored, missing): (Vec<&str>, Vec<&str>) = (stored.split(',').collect(), missing.split(',').collect());
+    let (stored, missing): (Vec<&str>, Vec<&str>) =
+        (stored.split(',').collect(), missing.split(',').collect());
     assert!(!stored.is_empty() && !missing.is_empty(), "{line}");
     for name in &stored {
         assert!(d.ckpt.join(name).exists(), "{name} is said to be stored but is not: {line}");

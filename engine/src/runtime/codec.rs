@@ -92,6 +92,22 @@ mod tests {
             proptest::prop_assert!((BatchCodec::of::<(u64, String)>().decode)(&bytes).is_err());
         }
 
+        /// A valid batch with some bytes changed (#43: random bytes rarely got past the
+        /// first field): decoded or refused, never a panic.
+        #[test]
+        fn a_valid_batch_with_bytes_changed_decodes_or_fails_cleanly(
+            changes in proptest::collection::vec((proptest::prelude::any::<usize>(), 1u8..), 1..8)
+        ) {
+            let codec = BatchCodec::of::<(u64, String)>();
+            let batch: Batch<(u64, String)> = vec![Record::new(5, (1, "abcdef".into())), Record::new(-6, (2, "g".into()))];
+            let mut bytes = (codec.encode)(Box::new(batch)).unwrap();
+            let len = bytes.len();
+            for (at, flip) in &changes {
+                bytes[at % len] ^= flip;
+            }
+            let _ = (codec.decode)(&bytes);
+        }
+
         #[test]
         fn a_cut_batch_is_an_error(cut in 0usize..40) {
             let codec = BatchCodec::of::<(u64, String)>();

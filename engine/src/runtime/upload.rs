@@ -172,7 +172,9 @@ impl CheckpointStore for CrashPointStore<'_> {
         let half = files.len() / 2;
         self.inner.put_files(&files[..half])?;
         // What the test checks on disk: these are stored, those not yet.
-        let names = |part: &[(String, &Path)]| part.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(",");
+        let names = |part: &[(String, &Path)]| {
+            part.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(",")
+        };
         eprintln!(
             "caudal: {}: in storage: {}; not yet: {}",
             crate::crash::DURING_ASYNC_UPLOAD,
