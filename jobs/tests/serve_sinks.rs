@@ -7,7 +7,8 @@
 //! crashed inside the commit window, likewise; PostgreSQL and Redis stopped mid-run
 //! (private instances on ports of their own) until the job stalled on each, the job retries,
 //! backpressures and ends with the same results; a wrong password or an unknown role fails
-//! the job at once naming the sink and the cause.
+//! the job at once naming the sink and the cause. The same sinks in a cluster, a task
+//! manager SIGKILLed mid-run, end with what the input implies.
 //!
 //! Without the services' variables the tests print why and pass, unless
 //! `CAUDAL_REQUIRE_STACK` is set (CI).
@@ -20,6 +21,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+
+/// The cluster of `tests/tests` (job manager and task managers as real processes).
+#[path = "../../tests/tests/cluster_support/mod.rs"]
+mod cluster_support;
 
 use caudal_test_stack::free_port;
 
@@ -997,4 +1002,43 @@ fn a_wrong_postgres_password_fails_the_job_naming_the_sink_and_the_cause() {
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(60), "not retried as if transient");
+}
+
+/// The PostgreSQL, Redis and archive sinks in a cluster (#43: they ran embedded only): a job
+/// manager and two task managers, one SIGKILLed mid-run and replaced; the job resumes on the
+/// others from its last checkpoint (the restored epochs committed by the new attempt, the dead
+/// one's prepared transactions rolled back), and the tables, hashes and archived records are
+/// what the input implies.
+#[test]
+fn in_a_cluster_with_a_task_manager_killed_the_tables_hashes_and_files_are_what_the_input_implies() {
+    use cluster_support::{status, Cluster};
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let mut t = Target::new("cluster", &pg, &redis);
+    // ~12 s: room for a kill after the first checkpoint.
+    t.set.push(("--rate", "25".into()));
+    let mut args = t.args();
+    // The job manager decides where checkpoints go.
+    let at = args.iter().position(|a| a == "--checkpoint-dir").unwrap();
+    args.drain(at..at + 2);
+    let mut c = Cluster::start(&[]);
+    for tm in ["tm-1", "tm-2"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(2);
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let running = c.wait_job("temperature", 60, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    c.kill_taskmanager(&victim);
+    c.start_taskmanager("tm-3", 2);
+    let done = c.wait_job("temperature", 120, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}{}", c.logs());
+    let r = t.results();
+    assert_is_what_the_input_implies(&r);
+    assert!(t.in_progress().is_empty(), "in-progress archive objects left: {:?}", t.in_progress());
+    t.cleanup();
 }

@@ -16,8 +16,9 @@ use crate::kafka::txn_coordinator::{TxnCoordinatorClient, TxnCoordinatorError};
 use caudal::{Error, Result};
 use std::collections::HashSet;
 
-/// Transactional ids probed per old subtask at most (the pool stays far smaller).
-const MAX_PROBED_IDS: u32 = 64;
+/// Transactional ids probed per old subtask at most: the pool never grows past it
+/// ([`super::transactions`] fails the job first), so a restore finds every id a run used.
+pub(crate) const MAX_PROBED_IDS: u32 = 64;
 
 /// Subtask numbers probed at most for ids of earlier runs with a larger parallelism.
 const MAX_PROBED_SUBTASKS: u32 = 4096;

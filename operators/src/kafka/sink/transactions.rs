@@ -16,6 +16,7 @@
 
 use super::config::KafkaSinkConfig;
 use super::producer::{BrokerStats, SinkProducer};
+use super::recovery::MAX_PROBED_IDS;
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
 use caudal::metrics::{kafka_txn_gauges as g, SubtaskMetrics};
 use caudal::{crash, CheckpointId, Error, Result};
@@ -390,8 +391,11 @@ impl Transactions {
         }
     }
 
-    /// The index of the next transactional id: one no restored checkpoint lists.
-    fn next_free_index(&mut self) -> u32 {
+    /// The index of the next transactional id: one no restored checkpoint lists. The pool is
+    /// bounded by what a restore probes ([`MAX_PROBED_IDS`]): past it (checkpoints have not
+    /// completed for that many epochs) the job fails — a restore from the last completed
+    /// checkpoint writes the epochs again — rather than use ids a restore would not find.
+    fn next_free_index(&mut self) -> Result<u32> {
         let mut used: Vec<u32> = self.reserved.iter().map(|(i, _)| *i).collect();
         used.extend(self.open.iter().map(|t| t.index));
         used.extend(self.pending.iter().chain(&self.committed).map(|p| p.txn.index));
@@ -400,6 +404,14 @@ impl Transactions {
         // The lowest id free: a job's ids stay few (0, 1, 2, … per subtask), and an id a
         // restored checkpoint listed is taken again once a newer checkpoint completed.
         let index = (0..).find(|i| !used.contains(i)).unwrap_or(u32::MAX);
+        if index >= MAX_PROBED_IDS {
+            return Err(Error::CheckpointsFailed(format!(
+                "kafka sink `{}`: all {MAX_PROBED_IDS} transactional ids of subtask {} hold transactions no \
+                 completed checkpoint committed: checkpoints are failing or not completing (see the \
+                 checkpoint history); failing the job so that a restore writes those epochs again",
+                self.id_prefix, self.subtask
+            )));
+        }
         if index >= 16 {
             tracing_warn(&format!(
                 "kafka sink `{}`: {} transactional ids in use: checkpoints are failing or not completing",
@@ -407,7 +419,7 @@ impl Transactions {
                 index + 1
             ));
         }
-        index
+        Ok(index)
     }
 
     fn maker(&self) -> ProducerMaker {
@@ -421,7 +433,7 @@ impl Transactions {
     }
 
     fn create_producer(&mut self) -> Result<TxnProducer> {
-        let index = self.next_free_index();
+        let index = self.next_free_index()?;
         self.maker().make(self.subtask, index)
     }
 
@@ -430,7 +442,9 @@ impl Transactions {
         if self.ahead.is_some() {
             return;
         }
-        let (maker, subtask, index) = (self.maker(), self.subtask, self.next_free_index());
+        // No free id: the producer that needs one fails the job when it is asked for.
+        let Ok(index) = self.next_free_index() else { return };
+        let (maker, subtask) = (self.maker(), self.subtask);
         let spawned = std::thread::Builder::new()
             .name("kafka-producer-maker".into())
             .spawn(move || maker.make(subtask, index));
@@ -528,6 +542,20 @@ fn first_to_outlive(ages: &[Duration], horizon: Duration, timeout: Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pool never uses an id a restore would not probe (#43: it grew without bound
+    /// while checkpoints failed, and recovery probed 64 ids).
+    #[test]
+    fn the_pool_stops_at_the_ids_a_restore_probes() {
+        let coordinator = TxnCoordinatorClient::new("127.0.0.1:1", Duration::from_millis(10));
+        let config = KafkaSinkConfig::new("127.0.0.1:1", "out");
+        let mut txns = Transactions::new(config, coordinator, "job-sink".into(), 0, Arc::default());
+        txns.reserve((0..MAX_PROBED_IDS - 1).collect(), 1);
+        assert_eq!(txns.next_free_index().unwrap(), MAX_PROBED_IDS - 1);
+        txns.reserve(vec![MAX_PROBED_IDS - 1], 1);
+        let e = txns.next_free_index().unwrap_err();
+        assert!(e.is_retryable() && e.to_string().contains("all 64 transactional ids"), "{e}");
+    }
 
     #[test]
     fn a_pending_transaction_that_could_not_be_committed_in_time_is_found() {
