@@ -2,7 +2,8 @@
 //! a job manager and two task managers with them run a job whose shuffle crosses processes
 //! over TLS, and finish with exactly the output the input implies, while a task manager with
 //! a certificate of another CA, one without TLS, and a plain connection to the control port
-//! are refused and disturb nothing. The job manager's REST API is HTTPS then: off loopback a
+//! are refused and disturb nothing; a task manager SIGKILLed mid-run is replaced and the job
+//! resumes over TLS, still exact. The job manager's REST API is HTTPS then: off loopback a
 //! certificate of the cluster's CA is what lets a client in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,7 +43,7 @@ fn tls_env(dir: &Path, name: &str, ca: &Path) -> Vec<(&'static str, String)> {
 fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_certificate_are_refused() {
     let keys = tempfile::tempdir().unwrap();
     let (ours, rogue): (PathBuf, PathBuf) = (keys.path().join("cluster"), keys.path().join("rogue"));
-    certs(&ours, &["jobmanager", "tm-1", "tm-2"]);
+    certs(&ours, &["jobmanager", "tm-1", "tm-2", "tm-3"]);
     certs(&rogue, &["intruder"]);
     let ca = ours.join("ca.pem");
     let mut c = Cluster::start_with(&[], None, &tls_env(&ours, "jobmanager", &ca));
@@ -54,7 +55,8 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
     c.wait_for_task_managers(2);
     // One slot each: a job at parallelism 2 spans both, its key_by shuffle crosses processes.
     let out = c.dir.path().join("out");
-    let args = throttled_args(&oracle::RUN_ARGS, 50, &out); // ~6 s, so the intruders come while it runs
+    // ~15 s, so the intruders and a task manager's death come while it runs.
+    let args = throttled_args(&oracle::RUN_ARGS, 20, &out);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
     let running = c.wait_job("temperature", 30, "running with a checkpoint", |j| {
@@ -89,7 +91,24 @@ fn over_mutual_tls_a_job_runs_exactly_and_task_managers_without_the_clusters_cer
     assert!(c.logs().contains("TLS handshake failed"), "the refusal names TLS:{}", c.logs());
     assert_not_registered(&c, &["intruder", "plain"]);
 
-    assert_finished_exactly(&c, &out, &oracle::expected(&oracle::Model::RUN));
+    // A task manager dies mid-run (#43: no TLS cluster was ever killed): the job resumes on
+    // a new one that has the cluster's certificate, over TLS again.
+    let before = c.wait_job("temperature", 30, "running", |j| status(j) == "RUNNING");
+    assert_eq!(before["restarts"], 0, "the intruders disturbed nothing: {before:#}");
+    c.kill_taskmanager("tm-2");
+    let env = tls_env(&ours, "tm-3", &ca);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    c.start_taskmanager_with_env("tm-3", 1, &env);
+    let attempt = before["attempt"].as_u64().unwrap();
+    let again = c.wait_job("temperature", 60, "running again", |j| {
+        j["attempt"].as_u64() > Some(attempt) && matches!(status(j), "RUNNING" | "FINISHED")
+    });
+    assert!(again["task_managers"].as_array().unwrap().iter().any(|t| t == "tm-3"), "{again:#}");
+    let done = c.wait_job("temperature", 90, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}");
+    let (windows, readings) = oracle::expected(&oracle::Model::RUN);
+    assert!(published(&out, "readings") == readings, "readings differ from what the input implies");
+    assert!(published(&out, "windows") == windows, "windows differ from what the input implies");
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub(crate) struct TxnProducer {
     producer: SinkProducer,
     producer_id: i64,
     producer_epoch: i16,
+    /// The coordinator was asked, after this producer's first commit, whether it still holds
+    /// the recorded (producer id, epoch) — see [`same_producer_after_commit`].
+    checked_after_commit: bool,
     /// Records written in the open transaction.
     pub(crate) records: u64,
     /// When its first record went out: the broker's transaction timer runs from about then.
@@ -366,6 +369,10 @@ impl Transactions {
                 crash::point(crash::DURING_SINK_COMMIT, checkpoint);
             }
             let mut p = p;
+            if !p.txn.checked_after_commit {
+                self.check_same_producer(&p.txn)?;
+                p.txn.checked_after_commit = true;
+            }
             p.txn.gauges.set(g::STATE_IDLE, p.checkpoint);
             p.txn.records = 0;
             p.txn.began = None;
@@ -375,6 +382,39 @@ impl Transactions {
             self.make_ahead();
         }
         Ok(())
+    }
+
+    /// After a producer's first commit: the coordinator must still hold the (producer id,
+    /// epoch) recorded for it, which every later transaction of the producer records too and
+    /// a restore's recommit sends. Kafka's transaction protocol v2 (KIP-890) bumps the epoch
+    /// at every commit: with a client and broker speaking it, a recommit after a crash would be
+    /// refused as fenced and the records lost. The job fails now instead, naming the cause.
+    fn check_same_producer(&self, txn: &TxnProducer) -> Result<()> {
+        let described = self
+            .coordinator
+            .describe(&txn.transactional_id)
+            .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.config.topic)))?;
+        let recorded = (txn.producer_id, txn.producer_epoch);
+        match described {
+            Some(d) if !same_producer_after_commit(recorded, (d.producer_id, d.producer_epoch)) => {
+                Err(Error::config(
+                    "kafka.delivery",
+                    format!(
+                        "kafka sink into `{}`: after committing `{}` the coordinator holds producer {} epoch {}, \
+                         not the producer {} epoch {} this sink records for its transactions: the client and \
+                         brokers speak Kafka's transaction protocol v2 (KIP-890), which Caudal's recommit after \
+                         a crash does not support yet. Use at-least-once, or brokers with transaction.version=1",
+                        self.config.topic,
+                        txn.transactional_id,
+                        d.producer_id,
+                        d.producer_epoch,
+                        txn.producer_id,
+                        txn.producer_epoch
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// On close with checkpoints: what is still open belongs to no checkpoint; abort it so
@@ -521,6 +561,7 @@ impl ProducerMaker {
             producer,
             producer_id: described.producer_id,
             producer_epoch: described.producer_epoch,
+            checked_after_commit: false,
             records: 0,
             began: None,
             gauges,
@@ -539,9 +580,22 @@ fn first_to_outlive(ages: &[Duration], horizon: Duration, timeout: Duration) -> 
     ages.iter().position(|age| *age + horizon > timeout)
 }
 
+/// Whether the coordinator's `(producer id, epoch)` after a commit is still the `recorded`
+/// one (the classic protocol: the epoch is fixed for a producer session).
+fn same_producer_after_commit(recorded: (i64, i16), described: (i64, i16)) -> bool {
+    recorded == described
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_epoch_moved_by_a_commit_is_not_the_same_producer() {
+        assert!(same_producer_after_commit((7, 3), (7, 3)));
+        assert!(!same_producer_after_commit((7, 3), (7, 4)), "KIP-890 bumps the epoch at each commit");
+        assert!(!same_producer_after_commit((7, 3), (8, 0)));
+    }
 
     /// The pool never uses an id a restore would not probe (#43: it grew without bound
     /// while checkpoints failed, and recovery probed 64 ids).
