@@ -51,3 +51,75 @@ fn interactions_are_counted_per_user_type_and_minute_exactly_once() {
     }
     assert_eq!(got, expected);
 }
+
+/// The reference design's own producer (confluent-kafka's `SerializingProducer` and
+/// `AvroSerializer`, its schema in `com.mycompany.events` with the event time in
+/// `timestamp_ms`; idempotent, acks=all, snappy) feeds the job, and every interaction is
+/// counted once (#43: every record failed schema resolution, and the run ended with exit 0
+/// and no output). The expected counts come from the input decoded with the writer's own
+/// schema by apache-avro, no Caudal code.
+#[test]
+fn the_reference_designs_producer_feeds_the_job() {
+    let Some(stack) = stack() else { return };
+    let Some(python) = caudal_test_stack::service("CAUDAL_PYTHON") else { return };
+    let (input, output) = (unique("ui-ref-in"), unique("ui-ref-out"));
+    create_topic(&stack, &input, 3);
+    create_topic(&stack, &output, 2);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/reference-producer.py");
+    let produced = Command::new(&python)
+        .args([script, &stack.brokers, &stack.registry, &input, "3000", "5"])
+        .output()
+        .unwrap();
+    assert!(
+        produced.status.success(),
+        "the reference producer failed: {}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+
+    let ckpt = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_user-interactions"))
+        .args(["--input-topic", &input, "--output-topic", &output, "--bounded", "--no-ui"])
+        .args(["--parallelism", "2", "--checkpoint-interval", "0.5", "--transactional-id-prefix", &output])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .arg("--checkpoint-dir")
+        .arg(ckpt.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(!err.contains("bad record"), "records of the reference producer were refused: {err}");
+
+    // The input as its writer wrote it: each value's schema id, that schema from the
+    // registry, the datum decoded with it.
+    let registry = caudal_schemas::RegistryClient::new(&stack.registry).unwrap();
+    let mut expected: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
+    for (_, value) in read_committed(&stack, &input) {
+        let id = u32::from_be_bytes(value[1..5].try_into().unwrap());
+        let writer = registry.get_schema(id).unwrap();
+        let datum = apache_avro::reader::datum::GenericDatumReader::builder(&*writer)
+            .build()
+            .unwrap()
+            .read_value(&mut &value[5..])
+            .unwrap();
+        let apache_avro::types::Value::Record(fields) = datum else { panic!("not a record: {datum:?}") };
+        let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap();
+        let (
+            apache_avro::types::Value::String(user),
+            apache_avro::types::Value::Enum(_, kind),
+            apache_avro::types::Value::Long(ts),
+        ) = (field("user_id"), field("event_type"), field("timestamp_ms"))
+        else {
+            panic!("not the reference schema: {fields:?}")
+        };
+        *expected.entry((user, kind, ts - ts.rem_euclid(60_000))).or_default() += 1;
+    }
+    assert_eq!(expected.values().sum::<i64>(), 3000);
+
+    let mut got = BTreeMap::new();
+    for (_, value) in read_committed(&stack, &output) {
+        let c = UserInteractionCount::from_slice(&value[5..]).unwrap();
+        let kind = serde_json::to_value(c.event_type).unwrap().as_str().unwrap().to_string();
+        assert!(got.insert((c.user_id, kind, c.window_start), c.count).is_none(), "a window counted twice");
+    }
+    assert_eq!(got, expected);
+}

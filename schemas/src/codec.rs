@@ -229,14 +229,51 @@ pub fn decode_resolved<T: DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<T> {
     let resolution = |e: apache_avro::Error| Error::Resolution { writer_id: None, reason: e.to_string() };
-    let datum_reader =
-        GenericDatumReader::builder(writer).maybe_reader_schema(reader).build().map_err(resolution)?;
     let mut input = bytes;
-    let value = datum_reader.read_value(&mut input).map_err(resolution)?;
+    let value = match reader.filter(|r| has_field_aliases(r)) {
+        // apache-avro's resolution matches fields by name only: the writer's fields are
+        // renamed to the reader's where the reader names them as aliases, then resolved.
+        Some(reader) => {
+            let raw = GenericDatumReader::builder(writer).build().map_err(resolution)?.read_value(&mut input);
+            rename_aliased(raw.map_err(resolution)?, reader).resolve(reader).map_err(resolution)?
+        }
+        None => GenericDatumReader::builder(writer)
+            .maybe_reader_schema(reader)
+            .build()
+            .map_err(resolution)?
+            .read_value(&mut input)
+            .map_err(resolution)?,
+    };
     if !input.is_empty() {
         return Err(DecodeError::TrailingBytes(input.len()).into());
     }
     apache_avro::from_value(&value).map_err(resolution)
+}
+
+/// A record schema with a field that has aliases (the Avro specification's way for a reader
+/// to accept a writer's other name for a field).
+fn has_field_aliases(schema: &Schema) -> bool {
+    matches!(schema, Schema::Record(r) if r.fields.iter().any(|f| !f.aliases.is_empty()))
+}
+
+/// A writer's record with each field the reader knows by an alias renamed to the reader's
+/// name (when the writer has no field of that name itself).
+fn rename_aliased(value: apache_avro::types::Value, reader: &Schema) -> apache_avro::types::Value {
+    use apache_avro::types::Value;
+    let Schema::Record(r) = reader else { return value };
+    let mut fields = match value {
+        Value::Record(fields) => fields,
+        other => return other,
+    };
+    for f in r.fields.iter().filter(|f| !f.aliases.is_empty()) {
+        if fields.iter().any(|(name, _)| *name == f.name) {
+            continue;
+        }
+        if let Some(field) = fields.iter_mut().find(|(name, _)| f.aliases.contains(name)) {
+            field.0.clone_from(&f.name);
+        }
+    }
+    Value::Record(fields)
 }
 
 #[cfg(test)]

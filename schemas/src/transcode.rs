@@ -5,7 +5,8 @@
 //! both are records of the same name whose writer fields are primitives, enums, fixed or
 //! unions of those, and every reader field either has a writer field of the same name
 //! and type (or `int` read as `long`, whose bytes are the same) or a default. Anything
-//! else (renamed fields, aliases, other promotions, nested records, arrays, maps) is left
+//! else (renamed fields, a writer field the reader knows by an alias, other promotions,
+//! nested records, arrays, maps) is left
 //! to apache-avro's resolution ([`crate::codec::decode_resolved`]).
 
 use std::ops::Range;
@@ -165,10 +166,12 @@ impl Transcoder {
 }
 
 fn step_for(writer: &RecordSchema, reader_field: &apache_avro::schema::RecordField) -> Option<Step> {
-    if !reader_field.aliases.is_empty() {
+    let by_name = writer.fields.iter().position(|wf| wf.name == reader_field.name);
+    // A writer field the reader knows by an alias: renamed by the generic path.
+    if by_name.is_none() && writer.fields.iter().any(|wf| reader_field.aliases.contains(&wf.name)) {
         return None;
     }
-    match writer.fields.iter().position(|wf| wf.name == reader_field.name) {
+    match by_name {
         Some(i) => {
             let ws = &writer.fields.get(i)?.schema;
             let rs = &reader_field.schema;
@@ -233,6 +236,30 @@ mod tests {
             UserInteraction { user_id: "u9".into(), event_type: EventType::View, ts: 42, page_url: None }
         );
         assert!(t.transcode(&payload[..payload.len() - 1], &mut out).is_err());
+    }
+
+    /// A writer that names the event time `timestamp_ms` (the reference design's producers):
+    /// the reader's alias renames it, through the generic path.
+    #[test]
+    fn a_field_the_reader_knows_by_an_alias_is_read_by_the_generic_path() {
+        let writer = parse(
+            r#"{"type":"record","name":"UserInteraction","namespace":"com.mycompany.events","fields":[
+                {"name":"user_id","type":"string"},
+                {"name":"event_type","type":{"type":"enum","name":"EventType",
+                    "symbols":["CLICK","VIEW","PURCHASE"]}},
+                {"name":"timestamp_ms","type":"long"}]}"#,
+        );
+        assert!(Transcoder::compile(&writer, UserInteraction::schema()).is_none());
+        let mut payload = Vec::new();
+        crate::codec::put_string(&mut payload, "u9");
+        crate::codec::put_long(&mut payload, 2);
+        crate::codec::put_long(&mut payload, 42);
+        let got: UserInteraction =
+            crate::codec::decode_resolved(&writer, Some(UserInteraction::schema()), &payload).unwrap();
+        assert_eq!(
+            got,
+            UserInteraction { user_id: "u9".into(), event_type: EventType::Purchase, ts: 42, page_url: None }
+        );
     }
 
     #[test]
