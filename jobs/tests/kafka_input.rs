@@ -34,22 +34,11 @@ fn produce_readings_with(stack: &Stack, topic: &str, records: u64, seed: u64, ex
     assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// Runs the job over `topic` (bounded) into files under `out`; returns its stderr.
+/// Runs the job over `topic` (bounded) into files under `out`; returns its stderr after
+/// checking it succeeded.
 fn run_job(stack: &Stack, topic: &str, out: &Path, extra: &[&str]) -> String {
-    let ckpt = out.join("ckpt");
-    let run = Command::new(env!("CARGO_BIN_EXE_temperature"))
-        .args(["--source", "kafka", "--input-topic", topic, "--bounded"])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .args(["--checkpoint-interval", "0.5", "--progress-secs", "0", "--no-ui"])
-        .arg("--output")
-        .arg(out.join("results"))
-        .arg("--checkpoint-dir")
-        .arg(&ckpt)
-        .args(extra)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&run.stderr).to_string();
-    assert!(run.status.success(), "job failed: {err}");
+    let (ok, err) = try_job(stack, topic, out, extra);
+    assert!(ok, "job failed: {err}");
     err
 }
 

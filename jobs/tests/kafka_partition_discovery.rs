@@ -10,10 +10,7 @@
 
 mod kafka_support;
 
-use kafka_support::{create_topic, oracle, read_committed, stack, unique, Stack};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use kafka_support::{add_partitions, create_topic, oracle, read_committed, stack, unique, Stack};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,18 +22,6 @@ fn produce(stack: &Stack, topic: &str, seed: u64) {
         .output()
         .unwrap();
     assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn add_partitions(stack: &Stack, topic: &str, total: usize) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
-    let results = futures::executor::block_on(
-        admin.create_partitions(&[NewPartitions::new(topic, total)], &AdminOptions::new()),
-    )
-    .unwrap();
-    for r in results {
-        r.map_err(|(t, e)| format!("adding partitions to {t}: {e}")).unwrap();
-    }
 }
 
 fn strip(records: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {

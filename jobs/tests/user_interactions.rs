@@ -5,9 +5,26 @@
 mod kafka_support;
 
 use caudal_schemas::{AvroRecord, EventType, UserInteraction, UserInteractionCount};
-use kafka_support::{create_topic, read_committed, stack, unique};
+use kafka_support::{create_topic, read_committed, stack, unique, Stack};
 use std::collections::BTreeMap;
 use std::process::Command;
+
+/// Runs the job over `input` (bounded) into `output`; returns its stderr after checking it
+/// succeeded.
+fn run_bounded(stack: &Stack, input: &str, output: &str) -> String {
+    let ckpt = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_user-interactions"))
+        .args(["--input-topic", input, "--output-topic", output, "--bounded", "--no-ui"])
+        .args(["--parallelism", "2", "--checkpoint-interval", "0.5", "--transactional-id-prefix", output])
+        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .arg("--checkpoint-dir")
+        .arg(ckpt.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "{err}");
+    err
+}
 
 #[test]
 fn interactions_are_counted_per_user_type_and_minute_exactly_once() {
@@ -22,16 +39,7 @@ fn interactions_are_counted_per_user_type_and_minute_exactly_once() {
         .unwrap();
     assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
 
-    let ckpt = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_user-interactions"))
-        .args(["--input-topic", &input, "--output-topic", &output, "--bounded", "--no-ui"])
-        .args(["--parallelism", "2", "--checkpoint-interval", "0.5", "--transactional-id-prefix", &output])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .arg("--checkpoint-dir")
-        .arg(ckpt.path())
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    run_bounded(&stack, &input, &output);
 
     // What the counts must be, from the input as a reader sees it.
     let mut expected: BTreeMap<(String, EventType, i64), i64> = BTreeMap::new();
@@ -76,17 +84,7 @@ fn the_reference_designs_producer_feeds_the_job() {
         String::from_utf8_lossy(&produced.stderr)
     );
 
-    let ckpt = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_user-interactions"))
-        .args(["--input-topic", &input, "--output-topic", &output, "--bounded", "--no-ui"])
-        .args(["--parallelism", "2", "--checkpoint-interval", "0.5", "--transactional-id-prefix", &output])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .arg("--checkpoint-dir")
-        .arg(ckpt.path())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{err}");
+    let err = run_bounded(&stack, &input, &output);
     assert!(!err.contains("bad record"), "records of the reference producer were refused: {err}");
 
     // The input as its writer wrote it: each value's schema id, that schema from the
@@ -96,7 +94,7 @@ fn the_reference_designs_producer_feeds_the_job() {
     for (_, value) in read_committed(&stack, &input) {
         let id = u32::from_be_bytes(value[1..5].try_into().unwrap());
         let writer = registry.get_schema(id).unwrap();
-        let datum = apache_avro::reader::datum::GenericDatumReader::builder(&*writer)
+        let datum = apache_avro::reader::datum::GenericDatumReader::builder(&writer)
             .build()
             .unwrap()
             .read_value(&mut &value[5..])

@@ -18,9 +18,7 @@ use caudal::{
     Batch, CheckpointConfig, JobConfig, OperatorContext, RestoreFrom, StreamEnv, WatermarkStrategy,
 };
 use caudal_operators::kafka::{KafkaSource, KafkaSourceConfig, StartFrom};
-use kafka_support::{create_topic, produce_raw, stack, unique, Stack};
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-use rdkafka::client::DefaultClientContext;
+use kafka_support::{add_partitions, create_topic, produce_raw, stack, unique};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::{Deserialize, Serialize};
@@ -160,18 +158,6 @@ fn a_restored_bounded_source_ends_where_the_first_start_ended() {
     produce_raw(&stack, &topic, 1, &records(1040..1060));
     let restored = run_bounded(dir.path(), job, source, true);
     assert!(restored.is_empty(), "the restored bounded run read past the first start's end: {restored:?}");
-}
-
-fn add_partitions(stack: &Stack, topic: &str, total: usize) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
-    let results = futures::executor::block_on(
-        admin.create_partitions(&[NewPartitions::new(topic, total)], &AdminOptions::new()),
-    )
-    .unwrap();
-    for r in results {
-        r.map_err(|(t, e)| format!("adding partitions to {t}: {e}")).unwrap();
-    }
 }
 
 /// A partition the checkpoint does not know was added after it: the restored job reads it

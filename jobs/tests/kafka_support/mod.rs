@@ -3,7 +3,7 @@
 
 pub mod oracle;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -176,6 +176,19 @@ pub fn committed_offsets(stack: &Stack, group: &str, topic: &str) -> Vec<Option<
             _ => None,
         })
         .collect()
+}
+
+/// Grows `topic` to `total` partitions.
+pub fn add_partitions(stack: &Stack, topic: &str, total: usize) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
+    let results = futures::executor::block_on(
+        admin.create_partitions(&[NewPartitions::new(topic, total)], &AdminOptions::new()),
+    )
+    .unwrap();
+    for r in results {
+        r.map_err(|(t, e)| format!("adding partitions to {t}: {e}")).unwrap();
+    }
 }
 
 /// Writes raw (key, value) records into partition `partition` of `topic`.

@@ -363,6 +363,21 @@ impl<T> PostgresSink<T> {
         Ok(())
     }
 
+    /// Sends the rows not yet sent and records `gid` as the epoch of `checkpoint`, both in
+    /// the open transaction: once it commits, `caudal_sink_epochs` says so.
+    fn send_and_record(&mut self, gid: &str, checkpoint: u64) -> Result<(), Failure> {
+        self.try_send()?;
+        let (sink, subtask) =
+            self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
+        let n = checkpoint as i64;
+        let timeout = self.data.timeout();
+        let rt = self.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
+        let (client, _) = self.data.get(rt)?;
+        let record = &self.epoch_sql.record;
+        block(rt, timeout, "recording the epoch", client.execute(record, &[&gid, &sink, &subtask, &n]))?;
+        Ok(())
+    }
+
     /// Runs `f`; any failure leaves the data connection (and its transaction) behind.
     fn on_data<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R, Failure>) -> Result<R, Failure> {
         let r = f(self);
@@ -696,23 +711,10 @@ impl<T: Data + Serialize> PostgresSink<T> {
             for r in &records {
                 self.buffer(r)?;
             }
-            let (sink, subtask) =
-                self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
-            let record = self.epoch_sql.record.clone();
-            let n = epoch.checkpoint as i64;
             self.sent = 0;
             self.retry(&format!("writing the held rows of checkpoint {}", epoch.checkpoint), |s, _| {
                 s.on_data(|s| {
-                    s.try_send()?;
-                    let rt = s.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
-                    let timeout = s.timeout();
-                    let (client, _) = s.data.get(rt)?;
-                    block(
-                        rt,
-                        timeout,
-                        "recording the epoch",
-                        client.execute(&record, &[&gid, &sink, &subtask, &n]),
-                    )?;
+                    s.send_and_record(&gid, epoch.checkpoint)?;
                     s.commit_open()
                 })
             })
@@ -791,25 +793,15 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             self.hold(checkpoint.0)?;
         } else if self.rows.as_ref().is_some_and(|r| !r.is_empty()) {
             let gid = self.ids.as_ref().map(|i| i.gid(checkpoint.0)).unwrap_or_default();
-            let (sink, subtask) =
-                self.ids.as_ref().map(|i| (i.sink.clone(), i.subtask as i32)).unwrap_or_default();
-            let record = self.epoch_sql.record.clone();
-            let n = checkpoint.0 as i64;
             self.retry(&format!("preparing checkpoint {}", checkpoint.0), |s, attempt| {
                 if attempt > 0 && s.is_prepared(&gid)? {
                     return Ok(());
                 }
                 s.on_data(|s| {
-                    s.try_send()?;
+                    s.send_and_record(&gid, checkpoint.0)?;
                     let rt = s.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
                     let timeout = s.timeout();
                     let (client, _) = s.data.get(rt)?;
-                    block(
-                        rt,
-                        timeout,
-                        "recording the epoch",
-                        client.execute(&record, &[&gid, &sink, &subtask, &n]),
-                    )?;
                     block(
                         rt,
                         timeout,
