@@ -721,6 +721,34 @@ fn crashed_inside_the_commit_window_the_tables_and_files_equal_the_clean_run() {
 /// recorded — after the first of the PostgreSQL sinks' `COMMIT PREPARED`s, or after the
 /// archive published its first pre-committed file — and a second restore ends exact, each
 /// row written once.
+/// The checkpoint completed with every sink's epoch prepared (PostgreSQL), uploaded
+/// (archive) or written (Redis) when the job dies; the restore runs at another parallelism
+/// (#43: none did with sink output pending): the new subtask 0 commits every old subtask's
+/// prepared epoch, and tables, hashes and files equal the clean run, each row written once.
+#[test]
+fn crashed_in_the_commit_window_and_restored_at_another_parallelism_the_results_equal_the_clean_run() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    for to in ["3", "1"] {
+        let what = format!("committed checkpoint 2 pending, restored at parallelism {to}");
+        let mut t = Target::new("rescale", &pg, &redis);
+        t.extra = vec!["--sink".into(), "discard".into()];
+        t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), "after-metadata-before-notify:2".into())];
+        t.log_writes();
+        let (status, err) = wait(t.spawn(false));
+        assert_eq!(status.signal(), Some(9), "{what}: the crash point was not reached: {status} {err}");
+        t.env.clear();
+        t.set.push(("--parallelism", to.into()));
+        t.finish();
+        let got = t.results();
+        t.assert_each_row_written_once(&got, &what);
+        t.cleanup();
+        assert_same(&got, want, &what);
+    }
+}
+
 #[test]
 fn crashed_inside_the_restores_commit_a_second_restore_ends_exact() {
     let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {

@@ -76,9 +76,18 @@ impl std::fmt::Debug for IcebergCommitter {
     }
 }
 
-/// The newest checkpoint id `run` of `sink` committed, walking back from the current
-/// snapshot; 0 when none.
+/// The newest checkpoint id `run` of `sink` committed: the table property its commits set,
+/// or (tables committed by releases before it) walking back from the current snapshot; 0
+/// when none.
 pub fn committed_checkpoint(metadata: &TableMetadata, sink: &str, run: &str) -> u64 {
+    let recorded =
+        metadata.properties().get(&summary::committed_property(sink, run)).and_then(|c| c.parse().ok());
+    recorded.unwrap_or(0).max(committed_in_snapshots(metadata, sink, run))
+}
+
+/// The newest checkpoint id `run` of `sink` committed among the current snapshot and its
+/// ancestors still in the table.
+fn committed_in_snapshots(metadata: &TableMetadata, sink: &str, run: &str) -> u64 {
     let mut next = metadata.current_snapshot_id();
     while let Some(snapshot) = next.and_then(|id| metadata.snapshot_by_id(id)) {
         let p = &snapshot.summary().additional_properties;
@@ -182,6 +191,15 @@ impl IcebergCommitter {
                 .add_data_files(data_files)
                 .set_snapshot_properties(props);
             let tx = append.apply(tx).map_err(|e| classify(&e))?;
+            // The guard above, kept where snapshot expiry cannot take it away.
+            let tx = if epoch == u64::MAX {
+                tx
+            } else {
+                let property = tx
+                    .update_table_properties()
+                    .set(summary::committed_property(&sink, &run), epoch.to_string());
+                property.apply(tx).map_err(|e| classify(&e))?
+            };
             let (catalog, rt) = c.catalog()?;
             match rt.block_on(super::catalog::committing(epoch, &table, tx.commit(catalog))) {
                 Ok(t) => Ok(Some(t)),

@@ -31,6 +31,13 @@ pub mod summary {
     pub const RUN: &str = "caudal.run";
     /// The checkpoint whose epoch the snapshot holds.
     pub const CHECKPOINT: &str = "caudal.checkpoint-id";
+
+    /// The table property that keeps the newest checkpoint a run of a sink committed, set in
+    /// the same commit as its snapshot: snapshots expire (another writer's maintenance may
+    /// remove every snapshot of the run), table properties do not.
+    pub fn committed_property(sink: &str, run: &str) -> String {
+        format!("caudal.committed-checkpoint.{sink}.{run}")
+    }
 }
 
 /// A catalog connection and the table, for one operator.

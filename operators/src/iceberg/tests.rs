@@ -651,3 +651,42 @@ fn a_restore_leaves_another_deployments_files_alone() {
     let (ids, _, _) = table_contents(&config);
     assert_eq!(ids, (0..10).chain(100..110).collect::<Vec<_>>());
 }
+
+/// Another writer's maintenance expires every snapshot of this run (it keeps one snapshot,
+/// its own); then this run restores a checkpoint whose epoch it had committed. The commit
+/// guard finds it in the table's properties and does not append it again (#43: it walked the
+/// snapshots still in the table only, found none of this run, and committed a second time).
+#[test]
+fn an_epoch_is_not_committed_again_after_another_writer_expired_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = config(dir.path().to_str().unwrap(), S3Config::default()) else { return };
+    let mut out: Batch<DataFiles> = Vec::new();
+    let mut epoch = |config: &IcebergConfig, attempt: &str, from: i64| -> Vec<u8> {
+        let mut writer = IcebergWriter::<ProcessedReading>::new(config.clone(), "lake".into());
+        let mut committer = IcebergCommitter::new(config.clone(), "lake".into());
+        let (mut wctx, mut cctx) = (ctx(attempt, None), ctx(attempt, None));
+        writer.on_start(&mut wctx).unwrap();
+        committer.on_start(&mut cctx).unwrap();
+        writer.process_batch(readings(from, 10), &mut out, &mut wctx).unwrap();
+        writer.prepare_snapshot_pre_barrier(CheckpointId(1), &mut out, &mut wctx).unwrap();
+        committer.write_batch(std::mem::take(&mut out), &mut cctx).unwrap();
+        let state = committer.pre_commit(CheckpointId(1), &mut cctx).unwrap().unwrap();
+        committer.on_checkpoint_complete(CheckpointId(1), &mut cctx).unwrap();
+        state
+    };
+    // Run A commits its checkpoint 1.
+    let a_state1 = epoch(&config, "a1", 0);
+    // Run B commits too and keeps one snapshot: A's snapshot is expired.
+    let mut b_config = config.clone();
+    b_config.keep_snapshots = Some(1);
+    epoch(&b_config, "b1", 100);
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(checkpoints.len(), 1, "only B's snapshot is left: {checkpoints:?}");
+    assert_eq!(ids, (0..10).chain(100..110).collect::<Vec<_>>());
+    // A restores its checkpoint 1 (say its notification was lost): not committed again.
+    let mut restored = IcebergCommitter::new(config.clone(), "lake".into());
+    restored.restore(vec![a_state1], &mut ctx("a2", Some(1))).unwrap();
+    let (ids, checkpoints, _) = table_contents(&config);
+    assert_eq!(checkpoints.len(), 1, "no snapshot added: {checkpoints:?}");
+    assert_eq!(ids, (0..10).chain(100..110).collect::<Vec<_>>(), "A's epoch is in the table once");
+}
