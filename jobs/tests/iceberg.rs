@@ -315,6 +315,29 @@ fn crash_in(lake: &Lake, point: &str, restore_crash: Option<&str>) {
     assert_equals_expected(&d, point);
 }
 
+/// Checkpoint 2 complete, its Iceberg epoch not committed, when the job dies; the restore
+/// runs at another parallelism (#43: none did with sink output pending). The committer is
+/// one subtask whatever the writers' parallelism: it commits the recorded epoch once.
+#[test]
+fn killed_after_the_checkpoint_completed_and_restored_at_another_parallelism_the_lake_is_exact() {
+    for to in [3, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(lake) = Lake::local(dir.path()) else { return };
+        let d = dirs();
+        let mut env = lake.env.clone();
+        env.push(("CAUDAL__TEST_CRASH_AT", "after-metadata-before-notify:2".into()));
+        let (status, err) = wait(spawn(&lake.args(base_args(&d.out, &d.ckpt, 2)), false, &env));
+        assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
+        let runs = format!(
+            "-- the run killed with checkpoint 2 pending:\n{err}-- the restore at parallelism {to}:\n{}",
+            finish_with(&lake.args(base_args(&d.out, &d.ckpt, to)), &lake.env)
+        );
+        let what = format!("restored at parallelism {to} with checkpoint 2 pending");
+        assert_lake_equals_model(&lake, &what, &runs);
+        assert_equals_expected(&d, &what);
+    }
+}
+
 #[test]
 fn killed_after_the_barrier_the_lake_is_exact() {
     crash_at("after-sink-pre-commit", None);
