@@ -12,6 +12,11 @@
 # SERVICE: kafka registry postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
 # cluster), trino (Trino with an Iceberg catalog on the stack's PostgreSQL and S3) and
 # iceberg-rest (an Iceberg REST catalog on the same), only when named. See scripts/README.md.
+#
+# PostgreSQL and Redis keep nothing durable by default (fsync off, no Redis persistence): fast
+# for the suite. CAUDAL_DURABLE=1 makes a stack whose data survives a restart as a production
+# server's does (PostgreSQL fsync and synchronous commit on, Redis appending every write to its
+# log and syncing it): what the tests that restart a server use.
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +31,7 @@ KAFKA_CONTROLLER_PORT=${CAUDAL_KAFKA_CONTROLLER_PORT:-19093}
 REGISTRY_PORT=${CAUDAL_REGISTRY_PORT:-18081}
 POSTGRES_PORT=${CAUDAL_POSTGRES_PORT:-15432}
 REDIS_PORT=${CAUDAL_REDIS_PORT:-16379}
+DURABLE=${CAUDAL_DURABLE:-0}
 S3_PORT=${CAUDAL_S3_PORT:-19000}
 S3_BUCKET=${CAUDAL_S3_BUCKET:-caudal}
 
@@ -554,10 +560,12 @@ listen_addresses = '$HOST'
 unix_socket_directories = '$d'
 max_connections = 200
 max_prepared_transactions = 64
-fsync = off
-full_page_writes = off
-synchronous_commit = off
 EOF
+    if [[ $DURABLE == 1 ]]; then
+      printf 'fsync = on\nfull_page_writes = on\nsynchronous_commit = on\n' >>"$d/data/postgresql.conf"
+    else
+      printf 'fsync = off\nfull_page_writes = off\nsynchronous_commit = off\n' >>"$d/data/postgresql.conf"
+    fi
   fi
 }
 
@@ -635,8 +643,12 @@ pidfile $d/redis.pid
 logfile $d/redis.log
 dir $d
 save ""
-appendonly no
 EOF
+  if [[ $DURABLE == 1 ]]; then
+    printf 'appendonly yes\nappendfsync always\n' >>"$d/redis.conf"
+  else
+    printf 'appendonly no\n' >>"$d/redis.conf"
+  fi
   rm -f "$d/redis.pid"
   redis-server "$d/redis.conf" </dev/null >>"$d/redis.log" 2>&1 9>&- || { tail_log redis; die "redis-server failed to start"; }
   local i; for i in $(seq 50); do [[ -s $d/redis.pid ]] && break; sleep 0.1; done

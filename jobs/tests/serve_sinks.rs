@@ -797,6 +797,9 @@ impl PrivateStack {
             .env("CAUDAL_POSTGRES_PORT", self.pg_port.to_string())
             .env("CAUDAL_REDIS_PORT", self.redis_port.to_string())
             .env("CAUDAL_NO_INSTALL", "1")
+            // Data that survives a restart, as a production server's does (#43: the stack's
+            // Redis kept nothing across one, so a test restarting it could not fail).
+            .env("CAUDAL_DURABLE", "1")
             .output()
             .unwrap();
         assert!(out.status.success(), "services.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
@@ -825,8 +828,8 @@ impl Drop for PrivateStack {
     }
 }
 
-/// PostgreSQL and Redis restarted while every sink's epoch 3 is prepared and none is
-/// committed yet (#12): the coordinator is held right after checkpoint 3's metadata is
+/// PostgreSQL and Redis (both durable: fsync, Redis's append-only file synced at every
+/// write) restarted while every sink's epoch 3 is prepared and none is committed yet (#12): the coordinator is held right after checkpoint 3's metadata is
 /// durable (`CAUDAL__TEST_PAUSE_AT`), both servers are stopped and started meanwhile, then
 /// the sinks are told. The prepared transactions survive the restart, `COMMIT PREPARED` runs
 /// on a new connection, and the tables and hashes are exact, each row written once, no
@@ -852,8 +855,18 @@ fn postgres_and_redis_restarted_between_prepare_and_commit_lose_and_repeat_nothi
     let paused = Instant::now();
     let prepared = pg_rows(&stack.pg_url(), "SELECT count(*) FROM pg_prepared_xacts");
     assert_ne!(prepared, ["0"], "no epoch was prepared when the servers went down");
+    // The job is frozen while the servers restart, so what they hold before and after can be
+    // compared: what the sinks wrote and the servers acknowledged must still be there.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(200)); // what was on its way is in
+    let hashes = redis_hashes(&stack.redis_url(), &t.prefix);
+    assert!(!hashes.is_empty(), "nothing was written to Redis before the restart");
     stack.services("stop", &["postgres", "redis"]);
     stack.services("start", &["postgres", "redis"]);
+    assert_eq!(pg_rows(&stack.pg_url(), "SELECT count(*) FROM pg_prepared_xacts"), prepared);
+    assert_eq!(redis_hashes(&stack.redis_url(), &t.prefix), hashes, "Redis lost writes in the restart");
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
     assert!(
         paused.elapsed() < Duration::from_secs(8),
         "the restart outlasted the pause: {:?}",
