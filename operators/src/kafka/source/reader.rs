@@ -552,6 +552,20 @@ impl<T> KafkaSourceReader<T> {
         }
     }
 
+    /// `e` ends the job: the dead letters sent before it are delivered first (they would
+    /// be lost with the process otherwise; its input stays where the last checkpoint is).
+    fn after_flushing_dead_letters(&self, e: Error) -> Error {
+        if let Some(dlq) = &self.dead_letters {
+            if let Err(flush) = dlq.flush() {
+                tracing::warn!(
+                    "caudal: kafka source `{}`: flushing dead letters before failing: {flush}",
+                    self.topic
+                );
+            }
+        }
+        e
+    }
+
     fn split_of(&self, partition: i32) -> Option<usize> {
         self.partitions.iter().position(|p| p.partition == partition)
     }
@@ -598,7 +612,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
         }
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
-            self.budget.at_end()?;
+            self.budget.at_end().map_err(|e| self.after_flushing_dead_letters(e))?;
             return Ok(SourcePoll::Finished);
         }
         self.discover()?;
@@ -659,8 +673,10 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                         let origin = Origin { topic: &self.topic, partition, offset };
                         dlq.send(&origin, msg.key(), msg.payload().unwrap_or(&[]), &reason)?;
                     }
-                    self.budget
-                        .bad(&format!("partition {partition} offset {offset}: {reason}"), Instant::now())?;
+                    let reason = format!("partition {partition} offset {offset}: {reason}");
+                    if let Err(e) = self.budget.bad(&reason, Instant::now()) {
+                        return Err(self.after_flushing_dead_letters(e));
+                    }
                 }
                 Err(DecodeError::Unavailable(reason)) => {
                     return Err(Error::external(
@@ -688,7 +704,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
             Ok(SourcePoll::Ready)
         } else if self.bounded && self.partitions.iter().all(|p| p.finished) {
-            self.budget.at_end()?;
+            self.budget.at_end().map_err(|e| self.after_flushing_dead_letters(e))?;
             Ok(SourcePoll::Finished)
         } else {
             Ok(SourcePoll::Pending(Duration::from_millis(10)))
