@@ -171,7 +171,13 @@ impl PartitionState {
     /// `read_committed` consumer there until it commits (its records then follow) or
     /// aborts.
     fn read_to_end(&self) -> bool {
-        self.end.is_some_and(|end| self.next.max(self.reached_end_at) >= end)
+        self.end.is_some_and(|end| self.read_up_to() >= end)
+    }
+
+    /// How far the partition is read: the next record's offset, or where the consumer
+    /// stood when it last reached the end, whichever is further.
+    fn read_up_to(&self) -> i64 {
+        self.next.max(self.reached_end_at)
     }
 
     /// Records past the position are known to exist (the bounded end, or the end offset the
@@ -182,7 +188,7 @@ impl PartitionState {
     /// for good.
     fn has_backlog(&self) -> bool {
         let end = self.end.unwrap_or_else(|| self.gauges.end_offset.load(Ordering::Relaxed));
-        end > self.next.max(self.reached_end_at)
+        end > self.read_up_to()
     }
 }
 
@@ -525,7 +531,7 @@ impl<T> KafkaSourceReader<T> {
         let at = self.consumer_positions().get(&partition).copied().unwrap_or(-1);
         let p = &mut self.partitions[i];
         p.reached_end_at = p.reached_end_at.max(at);
-        if p.end.is_some_and(|end| p.next.max(p.reached_end_at) < end) && !p.waiting_logged {
+        if p.end.is_some() && !p.read_to_end() && !p.waiting_logged {
             p.waiting_logged = true;
             tracing::info!(
                 "caudal: kafka source `{}`: partition {partition} holds records of a transaction still open \
