@@ -9,7 +9,8 @@ use caudal_operators::archive::ArchiveConfig;
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::iceberg::{IcebergConfig, IcebergSink};
 use caudal_operators::kafka::{
-    AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSinkConfig, KafkaSourceConfig,
+    connection_properties, split_dead_letters, with_dead_letters, AvroDecoder, AvroSerializer, DeadLetter,
+    DeadLetterSerializer, Decoded, DeliveryGuarantee, JsonDecoder, KafkaSinkConfig, KafkaSourceConfig,
 };
 use caudal_operators::postgres::PostgresSinkConfig;
 use caudal_operators::redis::RedisSinkConfig;
@@ -299,6 +300,14 @@ pub mod names {
     pub const WITH_METADATA: &str = "with-metadata";
     /// Readings whose lookups all failed (`--on-lookup-failure side-output`).
     pub const LOOKUP_FAILURES_SINK: &str = "lookup-failures-sink";
+    /// Input records that did not decode, split from the readings (`--dead-letter-topic`).
+    pub const DEAD_LETTER_SPLIT: &str = "dead-letter-split";
+    /// Their sink: the dead-letter topic.
+    pub const DEAD_LETTERS_SINK: &str = "dead-letters-sink";
+    /// Limits records that are not changes, split from the changes.
+    pub const LIMITS_DEAD_LETTER_SPLIT: &str = "limits-dead-letter-split";
+    /// Their sink: the limits' dead-letter topic.
+    pub const LIMITS_DEAD_LETTERS_SINK: &str = "limits-dead-letters-sink";
 }
 
 impl TemperatureJob {
@@ -327,19 +336,23 @@ impl TemperatureJob {
             }
             SourceKind::Kafka(input) => {
                 let mut config = KafkaSourceConfig::new(&input.brokers, &input.topic).bounded(input.bounded);
-                config.dead_letter_topic = input.dead_letter_topic.clone();
                 config.max_bad_records_per_minute = input.max_bad_records_per_minute;
                 config.properties = input.properties.clone();
                 config.partition_discovery = input.partition_discovery;
-                let source = config.build(AvroDecoder::<SensorReading>::factory(&input.schema_registry))?;
-                match input.max_records_per_second {
-                    Some(rate) => {
-                        let limited = RateLimited::new(source, rate)?;
-                        self::source(env, names::KAFKA_SOURCE, limited, watermarks, end.clone())
+                let decoder = AvroDecoder::<SensorReading>::factory(&input.schema_registry);
+                let rate = input.max_records_per_second;
+                match &input.dead_letter_topic {
+                    None => kafka_source(env, config.build(decoder)?, watermarks, rate, end.clone())?,
+                    Some(topic) => {
+                        let source = config.build(with_dead_letters(decoder))?;
+                        let read =
+                            kafka_source(env, source, watermarks.lift(Decoded::record), rate, end.clone())?;
+                        let (readings, letters) = split_dead_letters(read, names::DEAD_LETTER_SPLIT);
+                        let from = (input.brokers.as_str(), input.properties.as_slice());
+                        self.dead_letter_sink(letters, names::DEAD_LETTERS_SINK, from, topic);
+                        readings
                     }
-                    None => self::source(env, names::KAFKA_SOURCE, source, watermarks, end.clone()),
                 }
-                .uid(names::KAFKA_SOURCE)
             }
         };
         let celsius = raw.map(to_celsius).name(names::TO_CELSIUS).uid(names::TO_CELSIUS);
@@ -485,14 +498,54 @@ impl TemperatureJob {
                 Ok(changes)
             }
             LimitsInput::Kafka { brokers, topic, dead_letter_topic } => {
-                let mut config = KafkaSourceConfig::new(brokers, topic).bounded(read_to_end);
-                config.dead_letter_topic = dead_letter_topic.clone();
+                let config = KafkaSourceConfig::new(brokers, topic).bounded(read_to_end);
                 let watermarks =
                     WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |c: &LimitChange| c.from_ts)
                         .with_idleness(CONTROL_IDLENESS);
-                Ok(control_source(env, KafkaSource::<LimitChange>::json(config), watermarks, end))
+                let Some(dead_letters) = dead_letter_topic else {
+                    return Ok(control_source(
+                        env,
+                        KafkaSource::<LimitChange>::json(config),
+                        watermarks,
+                        end,
+                    ));
+                };
+                let source = config.build(with_dead_letters(JsonDecoder::factory::<LimitChange>()))?;
+                let read = control_source(env, source, watermarks.lift(Decoded::record), end);
+                let (changes, letters) = split_dead_letters(read, names::LIMITS_DEAD_LETTER_SPLIT);
+                self.dead_letter_sink(letters, names::LIMITS_DEAD_LETTERS_SINK, (brokers, &[]), dead_letters);
+                Ok(changes)
             }
         }
+    }
+
+    /// Input records that did not decode, into the Kafka topic `topic` on the brokers they
+    /// were read `from` (with the input's properties): through a transaction per checkpoint
+    /// epoch as the Kafka output (its delivery, producer properties and transactional-id
+    /// prefix, `<prefix>-<name>`); with any other sink exactly-once too, the ids prefixed
+    /// `caudal-dead-letters-<topic>`, with the input's connection and security properties.
+    fn dead_letter_sink(
+        &self,
+        letters: DataStream<DeadLetter>,
+        name: &str,
+        from: (&str, &[(String, String)]),
+        topic: &str,
+    ) {
+        let (brokers, input_properties) = from;
+        let mut config = KafkaSinkConfig::new(brokers, topic);
+        match &self.sink {
+            SinkKind::Kafka(output) => {
+                config = config.delivery(output.delivery).transaction_timeout(output.transaction_timeout);
+                config.transactional_id_prefix =
+                    output.transactional_id_prefix.as_ref().map(|p| format!("{p}-{name}"));
+                config.properties = output.properties.clone();
+            }
+            _ => {
+                config.transactional_id_prefix = Some(format!("caudal-dead-letters-{topic}"));
+                config.properties = connection_properties(input_properties);
+            }
+        }
+        letters.sink(name, move |_| config.build(DeadLetterSerializer)).uid(name);
     }
 
     /// A side output of JSON records (rejected limit changes, failed lookups): into
@@ -569,14 +622,32 @@ impl TemperatureJob {
     }
 }
 
+/// The readings' Kafka source (of readings, or of readings and dead letters), at most
+/// `rate` records per second, telling `end` (dynamic limits) when it finished.
+fn kafka_source<T: caudal::Data>(
+    env: &StreamEnv,
+    source: KafkaSource<T>,
+    watermarks: WatermarkStrategy<T>,
+    rate: Option<f64>,
+    end: Option<Arc<InputEnd>>,
+) -> Result<DataStream<T>> {
+    let stream = match rate {
+        Some(rate) => {
+            self::source(env, names::KAFKA_SOURCE, RateLimited::new(source, rate)?, watermarks, end)
+        }
+        None => self::source(env, names::KAFKA_SOURCE, source, watermarks, end),
+    };
+    Ok(stream.uid(names::KAFKA_SOURCE))
+}
+
 /// Adds the readings' source, telling `end` (dynamic limits) when it finished.
-fn source<S: Source<Out = SensorReading>>(
+fn source<S: Source>(
     env: &StreamEnv,
     name: &str,
     source: S,
-    watermarks: WatermarkStrategy<SensorReading>,
+    watermarks: WatermarkStrategy<S::Out>,
     end: Option<Arc<InputEnd>>,
-) -> DataStream<SensorReading> {
+) -> DataStream<S::Out> {
     match end {
         Some(end) => env.source(name, EndsWith::new(source, end), watermarks),
         None => env.source(name, source, watermarks),

@@ -124,6 +124,26 @@ impl<T> WatermarkStrategy<T> {
         self.idle_timeout = Some(timeout);
         self
     }
+
+    /// The same strategy for a source whose records wrap a `T` or hold something else
+    /// (e.g. a Kafka record that did not decode, sent on as a dead letter). With a timestamp
+    /// function, a record holding a `T` is timed as the `T`, and one holding none carries
+    /// [`MIN_WATERMARK`]: it keeps its split active and never moves its watermark (its own
+    /// time, if any, is not the stream's event time: a dead letter's broker timestamp would
+    /// make the next readings late).
+    pub fn lift<U>(self, inner: impl Fn(&U) -> Option<&T> + Send + Sync + 'static) -> WatermarkStrategy<U>
+    where
+        T: 'static,
+    {
+        let timestamp = self
+            .timestamp
+            .map(|f| Arc::new(move |u: &U| inner(u).map_or(MIN_WATERMARK, |t| f(t))) as TimestampFn<U>);
+        WatermarkStrategy {
+            timestamp,
+            out_of_orderness: self.out_of_orderness,
+            idle_timeout: self.idle_timeout,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -293,6 +313,26 @@ impl<T> SourceOutput<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lifted_strategy_times_what_wraps_a_record_and_leaves_the_rest_untimed() {
+        let s = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), |r: &i64| *r)
+            .with_idleness(Duration::from_secs(7))
+            .lift(|r: &Result<i64, String>| r.as_ref().ok());
+        let f = s.timestamp.as_ref().expect("still event time");
+        assert_eq!(f(&Ok(42)), 42);
+        assert_eq!(f(&Err("bad".into())), MIN_WATERMARK);
+        assert_eq!(
+            (s.out_of_orderness, s.idle_timeout),
+            (Duration::from_secs(1), Some(Duration::from_secs(7)))
+        );
+        let mut w = SplitWatermarks::new(1, Duration::ZERO, None);
+        let now = Instant::now();
+        w.observe(0, 1_000, now);
+        w.observe(0, f(&Err("bad".into())), now);
+        assert_eq!(w.split(0), Some(999), "an untimed record leaves the split's watermark alone");
+        assert!(WatermarkStrategy::<i64>::none().lift(|r: &Option<i64>| r.as_ref()).timestamp.is_none());
+    }
 
     #[test]
     fn a_silent_split_with_a_backlog_is_not_idle() {

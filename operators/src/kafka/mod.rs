@@ -1,7 +1,8 @@
 //! Kafka in and out (DESIGN.md §5–6).
 //!
 //! * [`KafkaSource`]: topic partitions → records, offsets in the checkpoint,
-//!   `read_committed`, a watermark split per partition, bad records dead-lettered.
+//!   `read_committed`, a watermark split per partition, bad records counted against a
+//!   budget and, through `dead_letter`, sent down the stream to a dead-letter sink.
 //! * [`KafkaSink`]: records → a topic, exactly-once through a Kafka transaction per
 //!   checkpoint epoch committed when the checkpoint completes — including after a crash
 //!   between "checkpoint complete" and "committed", through [`txn_coordinator`].
@@ -10,6 +11,7 @@
 //! * Avro in the Confluent wire format through `caudal-schemas` ([`AvroDecoder`],
 //!   [`AvroSerializer`]), or JSON.
 
+mod dead_letter;
 mod health;
 pub mod properties;
 mod serde_forms;
@@ -17,6 +19,10 @@ pub mod sink;
 pub mod source;
 pub mod txn_coordinator;
 
+pub use dead_letter::{
+    split_dead_letters, with_dead_letters, DeadLetter, DeadLetterSerializer, Decoded, SplitDeadLetters,
+    DEAD_LETTERS,
+};
 pub use sink::{
     AvroSerializer, DeliveryGuarantee, JsonSerializer, KafkaSerializer, KafkaSink, KafkaSinkConfig,
 };
@@ -30,10 +36,15 @@ pub use source::{
 pub(crate) fn connection_config(brokers: &str, properties: &[(String, String)]) -> rdkafka::ClientConfig {
     let mut client = rdkafka::ClientConfig::new();
     client.set("bootstrap.servers", brokers);
-    for (k, v) in properties {
-        if ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p)) {
-            client.set(k, v);
-        }
+    for (k, v) in connection_properties(properties) {
+        client.set(k, v);
     }
     client
+}
+
+/// The connection and security settings among a client's `properties` (those any other
+/// client of the same cluster needs too: e.g. a consumer's, for the dead-letter producer).
+pub fn connection_properties(properties: &[(String, String)]) -> Vec<(String, String)> {
+    let reach = |k: &str| ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p));
+    properties.iter().filter(|(k, _)| reach(k)).cloned().collect()
 }

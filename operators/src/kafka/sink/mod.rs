@@ -17,7 +17,6 @@ mod serialize;
 mod transactions;
 
 pub use config::{DeliveryGuarantee, KafkaSinkConfig, RESTART_ALLOWANCE};
-pub(crate) use producer::send_waiting;
 pub use serialize::{AvroSerializer, JsonSerializer, KafkaSerializer, KeyFn};
 pub use transactions::{RecordedTxn, SinkSnapshot};
 
@@ -186,9 +185,10 @@ impl<T: Data> Sink for KafkaSink<T> {
             let key = keyed.then_some(self.key.as_slice());
             bytes += key.map_or(0, <[u8]>::len) + self.value.len();
             let timestamp = if self.config.event_time_timestamps { record.ts } else { 0 };
+            let headers = self.serializer.headers(&record.value);
             match &mut self.mode {
-                Mode::Transactional(txns) => txns.send(key, &self.value, timestamp)?,
-                Mode::Plain(producer) => producer.send(key, &self.value, timestamp)?,
+                Mode::Transactional(txns) => txns.send(key, &self.value, timestamp, headers)?,
+                Mode::Plain(producer) => producer.send(key, &self.value, timestamp, headers)?,
                 Mode::Idle => return Err(Error::Operator("kafka sink written before on_start".into())),
             }
         }

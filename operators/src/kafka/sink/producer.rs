@@ -6,6 +6,7 @@ use caudal::{Error, Result};
 use parking_lot::Mutex;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message};
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 /// Queues `record`, serving delivery reports while librdkafka's queue is full: the
 /// producer's backpressure.
-pub(crate) fn send_waiting<C: ProducerContext<DeliveryOpaque = ()>>(
+fn send_waiting<C: ProducerContext<DeliveryOpaque = ()>>(
     producer: &BaseProducer<C>,
     mut record: BaseRecord<'_, [u8], [u8]>,
 ) -> std::result::Result<(), KafkaError> {
@@ -173,8 +174,17 @@ impl SinkProducer {
 
     /// Queues one record (stamped `timestamp` when positive, else now), waiting while
     /// librdkafka's queue is full (backpressure).
-    pub(crate) fn send(&self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
+    pub(crate) fn send(
+        &self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp: i64,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<()> {
         let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(value);
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }

@@ -13,6 +13,11 @@ pub trait KafkaSerializer<T>: Send + 'static {
 
     /// Writes the key (if the record has one: returns `true`) and the value.
     fn serialize(&mut self, record: &T, key: &mut Vec<u8>, value: &mut Vec<u8>) -> Result<bool>;
+
+    /// The record's headers, if it has any (none by default).
+    fn headers(&mut self, _record: &T) -> Option<rdkafka::message::OwnedHeaders> {
+        None
+    }
 }
 
 /// Writes the key of a record as UTF-8 text (e.g. the sensor id), readable in any console

@@ -21,6 +21,7 @@ use crate::kafka::txn_coordinator::TxnCoordinatorClient;
 use caudal::metrics::{kafka_txn_gauges as g, SubtaskMetrics};
 use caudal::{crash, CheckpointId, Error, Result};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::Producer;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -241,9 +242,15 @@ impl Transactions {
         }
     }
 
-    pub(crate) fn send(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: i64) -> Result<()> {
+    pub(crate) fn send(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp: i64,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<()> {
         let txn = self.open()?;
-        txn.producer.send(key, value, timestamp)?;
+        txn.producer.send(key, value, timestamp, headers)?;
         if txn.records == 0 {
             txn.gauges.opened_ms.store(caudal::job::now_ms(), Ordering::Relaxed);
             txn.began = Some(Instant::now());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum DecodeError {
     /// The record is bad (not the format, unknown schema, truncated): the source counts
-    /// it, dead-letters it and goes on.
+    /// it, sends it on as a dead letter if its decoder takes them, and goes on.
     BadData(String),
     /// Decoding cannot work right now (the registry is unreachable): the source fails and
     /// the job restarts from its checkpoint, losing nothing.
@@ -18,6 +18,12 @@ pub enum DecodeError {
 pub trait KafkaDecoder<T>: Send {
     /// Decode one record.
     fn decode(&mut self, key: Option<&[u8]>, value: &[u8]) -> Result<T, DecodeError>;
+
+    /// A record that did not decode, as an element of the stream (see
+    /// [`crate::kafka::with_dead_letters`]); `None` (the default): it is counted and dropped.
+    fn dead_letter(&mut self, _letter: crate::kafka::DeadLetter) -> Option<T> {
+        None
+    }
 }
 
 /// Creates one decoder per source subtask.
@@ -67,6 +73,13 @@ impl<T: AvroRecord> KafkaDecoder<T> for AvroDecoder<T> {
 /// JSON values.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct JsonDecoder;
+
+impl JsonDecoder {
+    /// A factory for [`super::KafkaSource`] of JSON values of type `T`.
+    pub fn factory<T: serde::de::DeserializeOwned + 'static>() -> DecoderFactory<T> {
+        Arc::new(|| Ok(Box::new(JsonDecoder) as Box<dyn KafkaDecoder<T>>))
+    }
+}
 
 impl<T: serde::de::DeserializeOwned> KafkaDecoder<T> for JsonDecoder {
     fn decode(&mut self, _key: Option<&[u8]>, value: &[u8]) -> Result<T, DecodeError> {

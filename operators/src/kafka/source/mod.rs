@@ -3,7 +3,8 @@
 //! `read_committed`, one watermark split per partition.
 //!
 //! Flow: `topic partitions ─librdkafka consumer─► decoder ─► records (+ timestamps)`;
-//! undecodable records `─► dead-letter topic`. Offsets are committed to the consumer
+//! undecodable records are counted, against a budget, and sent on as dead letters by a
+//! decoder that takes them (`kafka::dead_letter`). Offsets are committed to the consumer
 //! group when a checkpoint completes, so external lag tools see progress; the truth is the
 //! offsets in the checkpoint.
 //!
@@ -12,7 +13,6 @@
 //! engine serves at `/api/v1/jobs/{job}/kafka`, on the job page and at `/metrics`.
 
 mod bad_records;
-mod dead_letter;
 mod decode;
 mod reader;
 
@@ -20,7 +20,6 @@ pub use decode::{AvroDecoder, DecodeError, DecoderFactory, JsonDecoder, KafkaDec
 pub use reader::KafkaSourceReader;
 
 use caudal::{Data, Result, Source, SourceContext, SourceReader};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a partition starts when the job does not restore a checkpoint (a restored job
@@ -57,9 +56,6 @@ pub struct KafkaSourceConfig {
     /// Where partitions start when no checkpoint is restored.
     #[serde(default)]
     pub start_from: StartFrom,
-    /// Topic for records that cannot be decoded; `None`: count and log them only.
-    #[serde(default)]
-    pub dead_letter_topic: Option<String>,
     /// More records that cannot be decoded than this in any minute fail the job (`None`: no
     /// such limit). Whatever it is, an input of which every record is bad fails the job: at
     /// the end of a bounded one, after 1,000 of an unbounded one.
@@ -93,7 +89,7 @@ fn default_partition_discovery() -> Option<Duration> {
 pub const DEFAULT_PARTITION_DISCOVERY: Duration = Duration::from_secs(30);
 
 impl KafkaSourceConfig {
-    /// Unbounded, from the earliest offset, without dead-letter topic.
+    /// Unbounded, from the earliest offset.
     pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> Self {
         KafkaSourceConfig {
             brokers: brokers.into(),
@@ -101,7 +97,6 @@ impl KafkaSourceConfig {
             group_id: None,
             bounded: false,
             start_from: StartFrom::Earliest,
-            dead_letter_topic: None,
             max_bad_records_per_minute: None,
             lag_interval: default_lag_interval(),
             properties: Vec::new(),
@@ -112,12 +107,6 @@ impl KafkaSourceConfig {
     /// Reads up to the end offsets present at start, then finishes.
     pub fn bounded(mut self, bounded: bool) -> Self {
         self.bounded = bounded;
-        self
-    }
-
-    /// Sends undecodable records to `topic`.
-    pub fn dead_letter_topic(mut self, topic: impl Into<String>) -> Self {
-        self.dead_letter_topic = Some(topic.into());
         self
     }
 
@@ -176,7 +165,7 @@ impl<T: Data> KafkaSource<T> {
     where
         T: serde::de::DeserializeOwned,
     {
-        KafkaSource::new(config, Arc::new(|| Ok(Box::new(JsonDecoder) as Box<dyn KafkaDecoder<T>>)))
+        KafkaSource::new(config, JsonDecoder::factory())
     }
 }
 

@@ -1,10 +1,10 @@
 //! One source subtask: its partitions, their offsets, decoding and dead letters.
 
 use super::bad_records::BadRecordBudget;
-use super::dead_letter::{DeadLetters, Origin};
 use super::decode::{DecodeError, KafkaDecoder};
 use super::{KafkaSourceConfig, StartFrom};
 use crate::kafka::health::{Probed, HEALTH_INTERVAL};
+use crate::kafka::DeadLetter;
 use caudal::metrics::kafka_client_settings::CONSUMER;
 use caudal::metrics::kafka_gauges;
 use caudal::types::MIN_WATERMARK;
@@ -199,7 +199,8 @@ pub struct KafkaSourceReader<T> {
     bounded: bool,
     partitions: Vec<PartitionState>,
     decoder: Box<dyn KafkaDecoder<T>>,
-    dead_letters: Option<DeadLetters>,
+    /// The source operator's name (in dead letters).
+    operator: String,
     bad_records: Arc<AtomicU64>,
     budget: BadRecordBudget,
     /// The subtask's counters (bytes read: keys and values as they come from the broker).
@@ -433,10 +434,6 @@ impl<T> KafkaSourceReader<T> {
             BTreeMap::new()
         };
         let partitions = assign(&consumer, config, ctx, mine, &checkpointed, &committed)?;
-        let dead_letters = match &config.dead_letter_topic {
-            Some(dlq) => Some(DeadLetters::new(&config.brokers, dlq)?),
-            None => None,
-        };
         let probed = Probed::OfSubtask { subtask: ctx.subtask, parallelism: ctx.parallelism };
         let discovery = config.partition_discovery.filter(|_| !config.bounded);
         let health = crate::kafka::health::HealthProbe::start(
@@ -453,7 +450,7 @@ impl<T> KafkaSourceReader<T> {
             bounded: config.bounded,
             partitions,
             decoder,
-            dead_letters,
+            operator: ctx.operator_name.clone(),
             bad_records: ctx.metrics.counter("bad_records"),
             budget: BadRecordBudget::new(topic, config.max_bad_records_per_minute),
             metrics: ctx.metrics.clone(),
@@ -558,20 +555,6 @@ impl<T> KafkaSourceReader<T> {
         }
     }
 
-    /// `e` ends the job: the dead letters sent before it are delivered first (they would
-    /// be lost with the process otherwise; its input stays where the last checkpoint is).
-    fn after_flushing_dead_letters(&self, e: Error) -> Error {
-        if let Some(dlq) = &self.dead_letters {
-            if let Err(flush) = dlq.flush() {
-                tracing::warn!(
-                    "caudal: kafka source `{}`: flushing dead letters before failing: {flush}",
-                    self.topic
-                );
-            }
-        }
-        e
-    }
-
     fn split_of(&self, partition: i32) -> Option<usize> {
         self.partitions.iter().position(|p| p.partition == partition)
     }
@@ -618,7 +601,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
         }
         if self.bounded && self.partitions.iter().all(|p| p.finished) {
-            self.budget.at_end().map_err(|e| self.after_flushing_dead_letters(e))?;
+            self.budget.at_end()?;
             return Ok(SourcePoll::Finished);
         }
         self.discover()?;
@@ -675,13 +658,20 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
                             n + 1
                         );
                     }
-                    if let Some(dlq) = &self.dead_letters {
-                        let origin = Origin { topic: &self.topic, partition, offset };
-                        dlq.send(&origin, msg.key(), msg.payload().unwrap_or(&[]), &reason)?;
-                    }
-                    let reason = format!("partition {partition} offset {offset}: {reason}");
-                    if let Err(e) = self.budget.bad(&reason, Instant::now()) {
-                        return Err(self.after_flushing_dead_letters(e));
+                    let letter = DeadLetter {
+                        topic: self.topic.clone(),
+                        partition,
+                        offset,
+                        operator: self.operator.clone(),
+                        error: reason,
+                        key: msg.key().map(<[u8]>::to_vec),
+                        value: msg.payload().unwrap_or(&[]).to_vec(),
+                    };
+                    let reason = format!("partition {partition} offset {offset}: {}", letter.error);
+                    self.budget.bad(&reason, Instant::now())?;
+                    if let Some(value) = self.decoder.dead_letter(letter) {
+                        let ts = msg.timestamp().to_millis().unwrap_or(MIN_WATERMARK);
+                        out.collect_with_timestamp(i, ts, value);
                     }
                 }
                 Err(DecodeError::Unavailable(reason)) => {
@@ -710,7 +700,7 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
             }
             Ok(SourcePoll::Ready)
         } else if self.bounded && self.partitions.iter().all(|p| p.finished) {
-            self.budget.at_end().map_err(|e| self.after_flushing_dead_letters(e))?;
+            self.budget.at_end()?;
             Ok(SourcePoll::Finished)
         } else {
             Ok(SourcePoll::Pending(Duration::from_millis(10)))
@@ -718,9 +708,6 @@ impl<T: Send> SourceReader<T> for KafkaSourceReader<T> {
     }
 
     fn position(&mut self) -> Result<Vec<u8>> {
-        if let Some(dlq) = &self.dead_letters {
-            dlq.flush()?;
-        }
         let positions = self.positions();
         let blob = serde_json::to_vec(&positions);
         self.last_covered = self.covered(&positions);
