@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use caudal::process::{
-    BroadcastContext, BroadcastStateDescriptor, CoProcessFunction, Context, KeyedBroadcastProcessFunction,
-    KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, ListStateDescriptor, Output, OutputTag,
-    ProcessFunction, TimeDomain, ValueStateDescriptor,
+    on_bad_record, BroadcastContext, BroadcastStateDescriptor, CoProcessFunction, Context, FailedElement,
+    KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction,
+    ListStateDescriptor, OnBadRecord, Output, OutputTag, ProcessFunction, TimeDomain, ValueStateDescriptor,
 };
 use caudal::testing::CollectSink;
 use caudal::types::MAX_WATERMARK;
@@ -566,4 +566,95 @@ fn readings_are_judged_by_the_broadcast_limit_in_force_at_their_event_time_on_ev
     let mut want: Vec<(u32, i64, bool)> = readings.iter().map(|r| (r.0, r.1, r.2 <= limit_at(r.1))).collect();
     want.sort_by_key(|j| (j.0, j.1));
     assert_eq!(got, want);
+}
+
+/// Squares numbers; a multiple of 7 is a bad record (as a parse error would be).
+#[derive(Clone)]
+struct SquareUnlessSeven;
+
+fn square_unless_seven<O>(v: u64, out: &mut Output<'_, O>, wrap: impl Fn(u64) -> O) -> Result<()> {
+    if v.is_multiple_of(7) {
+        return Err(caudal::Error::BadRecord(format!("{v} is a multiple of 7")));
+    }
+    out.collect(wrap(v * v));
+    Ok(())
+}
+
+impl ProcessFunction<u64, u64> for SquareUnlessSeven {
+    fn process_element(&mut self, v: u64, _: &mut Context<'_>, out: &mut Output<'_, u64>) -> Result<()> {
+        square_unless_seven(v, out, |s| s)
+    }
+}
+
+impl KeyedProcessFunction<u64, u64, u64> for SquareUnlessSeven {
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &mut KeyedContext<'_, u64>,
+        out: &mut Output<'_, u64>,
+    ) -> Result<()> {
+        square_unless_seven(v, out, |s| s)
+    }
+}
+
+static NOT_SQUARED: OutputTag<FailedElement<u64>> = OutputTag::new("not-squared");
+
+fn squares_of_the_good() -> Vec<u64> {
+    (0..500u64).filter(|v| !v.is_multiple_of(7)).map(|v| v * v).collect()
+}
+
+/// #43: a bad record fails the job at once by default; skipped or sent to a side output
+/// (with the operator and the error) when the operator's policy says so, keyed or not.
+#[test]
+fn an_operators_bad_records_fail_the_job_or_are_skipped_or_side_output_as_its_policy_says() {
+    let env = StreamEnv::with_config(config(2));
+    let squares = env.from_iter("numbers", 0..500u64).process(on_bad_record(
+        SquareUnlessSeven,
+        "square",
+        OnBadRecord::Fail,
+    ));
+    squares.sink("out", |_| Ok(CollectSink::new().0));
+    let err = env.execute("fail").unwrap_err();
+    assert!(!err.is_retryable(), "a bad record is not retried: {err}");
+    assert!(err.to_string().contains("is a multiple of 7"), "{err}");
+
+    let env = StreamEnv::with_config(config(2));
+    let squares = env.from_iter("numbers", 0..500u64).process(on_bad_record(
+        SquareUnlessSeven,
+        "square",
+        OnBadRecord::Skip,
+    ));
+    let (sink, got) = CollectSink::new();
+    squares.sink("out", move |_| Ok(sink.clone()));
+    env.execute("skip").unwrap();
+    let mut got = got.lock().clone();
+    got.sort_unstable();
+    assert_eq!(got, squares_of_the_good());
+
+    let env = StreamEnv::with_config(config(2));
+    let policy = OnBadRecord::SideOutput(&NOT_SQUARED);
+    let squares = env.from_iter("numbers", 0..500u64).key_by(|v: &u64| v % 5).process(on_bad_record(
+        SquareUnlessSeven,
+        "keyed-square",
+        policy,
+    ));
+    let (failed_sink, failed) = CollectSink::new();
+    squares.side_output(&NOT_SQUARED).sink("failed", move |_| Ok(failed_sink.clone()));
+    let (sink, got) = CollectSink::new();
+    squares.sink("out", move |_| Ok(sink.clone()));
+    env.execute("side-output").unwrap();
+    let mut got = got.lock().clone();
+    got.sort_unstable();
+    assert_eq!(got, squares_of_the_good());
+    let mut failed = failed.lock().clone();
+    failed.sort_unstable_by_key(|f| f.element);
+    let want: Vec<FailedElement<u64>> = (0..500u64)
+        .filter(|v| v.is_multiple_of(7))
+        .map(|v| FailedElement {
+            element: v,
+            operator: "keyed-square".into(),
+            error: format!("{v} is a multiple of 7"),
+        })
+        .collect();
+    assert_eq!(failed, want);
 }

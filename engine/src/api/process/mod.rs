@@ -51,6 +51,7 @@ mod context;
 mod function;
 mod interval_join;
 mod keyed_core;
+mod on_bad_record;
 mod operator;
 mod side_output;
 mod state;
@@ -68,6 +69,7 @@ pub use connect::{
 pub use context::{Context, KeyedContext, Output};
 pub use function::{KeyedProcessFunction, ProcessFunction};
 pub use interval_join::{IntervalJoin, IntervalJoinBetween};
+pub use on_bad_record::{on_bad_record, FailedElement, OnBadRecord, Tolerant};
 pub use side_output::{OutputTag, Tagged};
 pub use state::{
     AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MapHandle,
