@@ -1,7 +1,8 @@
 //! What the Kafka source does with what producers really send: garbage and unknown schema
 //! ids are counted and dead-lettered while the job keeps running; a producer moving to a
 //! new, BACKWARD-compatible schema version (an added field with a default) while the job
-//! runs keeps being read by that same running job.
+//! runs keeps being read by that same running job. A registry unreachable at a restore
+//! fails the run naming it, and loses, skips and dead-letters nothing.
 //!
 //! Needs the test stack (`scripts/services.sh start`); skipped without it unless
 //! `CAUDAL_REQUIRE_STACK` is set.
@@ -313,4 +314,125 @@ fn more_bad_records_than_the_budget_fail_the_job() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, err) = try_job(&stack, &topic, dir.path(), &["--max-bad-records-per-minute", "3"]);
     assert!(ok, "3 bad records are within a budget of 3: {err}");
+}
+
+/// A TCP forwarder to the schema registry that the test can cut: while it is down, every
+/// connection it accepts is closed at once.
+struct RegistryProxy {
+    url: String,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RegistryProxy {
+    fn start(registry_url: &str) -> RegistryProxy {
+        use std::io::copy;
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let rest = registry_url.strip_prefix("http://").expect("an http registry");
+        let (target, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+        let target = target.to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/{path}", listener.local_addr().unwrap());
+        let up = std::sync::Arc::new(AtomicBool::new(true));
+        let flag = up.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                if !flag.load(Ordering::SeqCst) {
+                    continue; // dropped: closed
+                }
+                let Ok(server) = TcpStream::connect(&target) else { continue };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut c, mut s) = (client, server);
+                std::thread::spawn(move || {
+                    let _ = copy(&mut c, &mut s);
+                    let _ = s.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        RegistryProxy { url, up }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// #43: the schema registry unreachable while a restored job starts. Its readings cannot
+/// be decoded, and that is no bad data: the run fails naming the registry, dead-letters and
+/// skips nothing; restored again once the registry is back, the job's readings are exactly
+/// the oracle's.
+#[test]
+fn a_registry_outage_fails_the_run_and_loses_nothing() {
+    let Some(stack) = stack() else { return };
+    let (topic, dlq) = (unique("outage-in"), unique("outage-dlq"));
+    create_topic(&stack, &topic, 2);
+    create_topic(&stack, &dlq, 1);
+    produce_readings(&stack, &topic, 8_000, 7);
+    let proxy = RegistryProxy::start(&stack.registry);
+    let dir = tempfile::tempdir().unwrap();
+    let job = |restore: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+        cmd.args(["--source", "kafka", "--input-topic", &topic, "--bounded", "--dead-letter-topic", &dlq])
+            .args(["--brokers", &stack.brokers, "--schema-registry", &proxy.url])
+            .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
+            .args(["--max-records-per-second", "2000"])
+            .arg("--output")
+            .arg(dir.path().join("results"))
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("ckpt"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if restore {
+            cmd.args(["--restore", "latest"]);
+        }
+        cmd.spawn().unwrap()
+    };
+    // A first run, killed once it has checkpoints (its decoder had the schema then).
+    let mut first = job(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let has_checkpoint = || {
+        std::fs::read_dir(dir.path().join("ckpt/temperature"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("_metadata").exists())
+            .count()
+            >= 2
+    };
+    while !has_checkpoint() {
+        assert!(Instant::now() < deadline, "no checkpoint after 60 s");
+        assert!(first.try_wait().unwrap().is_none(), "the first run ended before its kill");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    proxy.set_up(false);
+    let out = job(true).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a run that cannot reach the registry must not succeed: {err}");
+    assert!(err.contains("schema registry") || err.contains("registry"), "the cause is named: {err}");
+    assert!(!err.contains("bad record"), "an unreachable registry is no bad data: {err}");
+
+    proxy.set_up(true);
+    let out = job(true).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the run after the outage failed: {err}");
+    assert!(!err.contains("bad record"), "{err}");
+    let (want, _) = kafka_support::oracle::expected(&stack, &topic, 60_000);
+    let mut got: Vec<(i64, i64)> = lines(&dir.path().join("results/readings"))
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
+        })
+        .collect();
+    got.sort_unstable();
+    let want: Vec<(i64, i64)> = want.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(got, want, "the readings are the input's plausible ones, each once");
+    assert!(read_committed_with_headers(&stack, &dlq).is_empty(), "nothing was dead-lettered");
 }
