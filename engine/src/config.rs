@@ -47,6 +47,9 @@ pub struct JobConfig {
     /// Tests: hold the thread at a crash point for a while instead
     /// (`CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>`, see `crate::crash`).
     pub pause_at: Option<(String, u64, u64)>,
+    /// Tests: freeze the whole process (SIGSTOP, as a frozen VM) at a crash point, until it
+    /// is sent SIGCONT (`CAUDAL__TEST_FREEZE_AT=<point>:<checkpoint>`).
+    pub freeze_at: Option<(String, u64)>,
 }
 
 /// Where a job restores from.
@@ -150,6 +153,7 @@ impl Default for JobConfig {
             latency_marker_interval: Some(Duration::from_millis(200)),
             crash_at: None,
             pause_at: None,
+            freeze_at: None,
         }
     }
 }
@@ -250,6 +254,15 @@ impl JobConfig {
                         )
                     })?;
                     self.crash_at = Some((point.to_string(), parse_checkpoint(id)?));
+                }
+                "TEST_FREEZE_AT" => {
+                    let (point, id) = value.rsplit_once(':').ok_or_else(|| {
+                        Error::config(
+                            key.clone(),
+                            "expected <point>:<checkpoint>, e.g. before-sink-barrier:3",
+                        )
+                    })?;
+                    self.freeze_at = Some((point.to_string(), parse_checkpoint(id)?));
                 }
                 "TEST_PAUSE_AT" => {
                     let bad = || {

@@ -12,12 +12,15 @@
 //! `CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>` instead holds the thread that reaches
 //! the point for `ms` milliseconds (once), so a test can fail a service exactly there — e.g.
 //! restart PostgreSQL while every sink's epoch is prepared and none is committed yet.
+//! `CAUDAL__TEST_FREEZE_AT=<point>:<checkpoint>` stops the whole process there (SIGSTOP,
+//! once), as a frozen VM or a long pause would, until the test sends SIGCONT: a zombie.
 
 use crate::types::CheckpointId;
 use std::sync::OnceLock;
 
 /// A sink wrote records of epoch `n` — after barrier `n − 1`, before barrier `n` reached it
-/// — into its open transaction, and they are at the broker (the Kafka sink).
+/// — into its open transaction, and they are at the broker (the Kafka sink) or the
+/// database (the PostgreSQL sink, their keys locked).
 pub const BEFORE_SINK_BARRIER: &str = "before-sink-barrier";
 /// A task snapshotted its operators for the checkpoint but has not acked it yet.
 pub const AFTER_SNAPSHOT_BEFORE_ACK: &str = "after-snapshot-before-ack";
@@ -76,6 +79,8 @@ fn is(armed_at: u64, checkpoint: CheckpointId) -> bool {
 static CRASH_AT: OnceLock<(String, u64)> = OnceLock::new();
 static PAUSE_AT: OnceLock<(String, u64, u64)> = OnceLock::new();
 static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static FREEZE_AT: OnceLock<(String, u64)> = OnceLock::new();
+static FROZEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Arms the crash point and the pause point `config` names (once per process).
 pub(crate) fn install(config: &crate::JobConfig) {
@@ -84,6 +89,9 @@ pub(crate) fn install(config: &crate::JobConfig) {
     }
     if let Some((point, checkpoint, ms)) = &config.pause_at {
         let _ = PAUSE_AT.set((point.clone(), *checkpoint, *ms));
+    }
+    if let Some((point, checkpoint)) = &config.freeze_at {
+        let _ = FREEZE_AT.set((point.clone(), *checkpoint));
     }
 }
 
@@ -103,6 +111,15 @@ pub fn point(name: &str, checkpoint: CheckpointId) {
             eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: holding for {ms} ms");
             std::thread::sleep(std::time::Duration::from_millis(*ms));
             eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: going on");
+        }
+    }
+    if let Some((p, c)) = FREEZE_AT.get() {
+        if p == name && is(*c, checkpoint) && !FROZEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            eprintln!(
+                "caudal: freeze point {name} at checkpoint {checkpoint}: stopping the process (SIGSTOP)"
+            );
+            let _ = signal_hook::low_level::raise(signal_hook::consts::SIGSTOP);
+            eprintln!("caudal: freeze point {name} at checkpoint {checkpoint}: resumed");
         }
     }
     if armed(name, checkpoint) {

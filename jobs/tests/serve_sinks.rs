@@ -1083,3 +1083,80 @@ fn in_a_cluster_with_a_task_manager_killed_the_tables_hashes_and_files_are_what_
     assert!(t.in_progress().is_empty(), "in-progress archive objects left: {:?}", t.in_progress());
     t.cleanup();
 }
+
+/// Waits for `child` at most `secs`; SIGKILLs it and fails the test past that.
+fn wait_within(child: Child, secs: u64, what: &str) -> (ExitStatus, String) {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(wait(child));
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(done) => done,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let (_, err) = rx.recv().expect("the killed process's output");
+            panic!("{what}: still running after {secs} s:\n{err}");
+        }
+    }
+}
+
+/// A real zombie (#43): the run freezes itself (SIGSTOP, as a frozen VM would) with rows of
+/// epoch 3 in its open PostgreSQL transactions, their keys locked; a second run restores
+/// checkpoint 2 meanwhile. Before the fencing, the second run's upserts of the same keys
+/// waited for those locks (statement timeouts and retries for minutes); now it claims the
+/// sinks, ends the frozen run's sessions and finishes. Resumed, the frozen run is fenced —
+/// it reconnects, finds the claim and stops without preparing — and the tables, hashes and
+/// files are what the clean run wrote, each row written once.
+#[test]
+fn a_frozen_run_resumed_after_its_successor_restored_is_fenced_and_holds_nothing_back() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let want = clean(&pg, &redis);
+    let mut t = Target::new("zombie", &pg, &redis);
+    t.extra = vec!["--sink".into(), "discard".into()];
+    t.env = vec![("CAUDAL__TEST_FREEZE_AT".into(), "before-sink-barrier:3".into())];
+    t.log_writes();
+    let redis_writes = RedisWrites::watch(&redis, &t.prefix);
+    let zombie = t.spawn(false);
+    let pid = zombie.id();
+    // Should the test fail half-way, the frozen run must not outlive it.
+    struct KillOnDrop(u32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+        }
+    }
+    let _guard = KillOnDrop(pid);
+    let frozen = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !frozen() {
+        assert!(Instant::now() < deadline, "the run did not freeze at before-sink-barrier:3 within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(t.has_checkpoint(), "frozen before any checkpoint completed");
+
+    t.env.clear();
+    let (status, err) = wait_within(t.spawn(true), 120, "the successor of a frozen run");
+    assert!(status.success(), "the successor failed ({status}):\n{err}");
+    assert!(
+        err.contains("session(s) of earlier runs (fenced)"),
+        "no session of the frozen run was ended:\n{err}"
+    );
+
+    cluster_support::Cluster::signal(&[pid], "CONT");
+    let (status, err) = wait_within(zombie, 60, "the resumed zombie");
+    assert!(err.contains("freeze point before-sink-barrier at checkpoint 3"), "frozen elsewhere:\n{err}");
+    assert!(!status.success(), "the resumed zombie must stop, fenced:\n{err}");
+    assert!(err.contains("fenced"), "the zombie stopped for another reason:\n{err}");
+
+    let got = t.results();
+    t.assert_each_row_written_once(&got, "a zombie resumed");
+    redis_writes.assert_each_written_once("a zombie resumed");
+    t.cleanup();
+    assert_same(&got, want, "a frozen run resumed after its successor restored");
+}

@@ -50,6 +50,11 @@ impl Connection {
         self.timeout
     }
 
+    /// Names the sessions opened from now on (`application_name`).
+    pub(crate) fn set_application_name(&mut self, name: &str) {
+        self.config.application_name(name);
+    }
+
     pub(crate) fn is_open(&self) -> bool {
         self.client.as_ref().is_some_and(|c| !c.is_closed())
     }

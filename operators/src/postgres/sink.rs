@@ -124,6 +124,10 @@ pub struct PostgresSink<T> {
     ids: Option<EpochIds>,
     what: String,
     checkpointing: bool,
+    /// This run claimed the sink (see `txn`'s fencing).
+    claimed: bool,
+    /// The last checkpoint barrier seen (or restored): the open epoch is the next one.
+    last_barrier: u64,
     retries: Arc<AtomicU64>,
     _t: PhantomData<fn(T)>,
 }
@@ -244,7 +248,28 @@ fn bookkeeping(
     if exists.is_none() {
         ddl(rt, timeout, client, &format!("CREATE SCHEMA IF NOT EXISTS {}", quote(schema)))?;
     }
-    create_table(rt, timeout, client, &epoch_sql.qualified, &epoch_sql.create)
+    create_table(rt, timeout, client, &epoch_sql.qualified, &epoch_sql.create)?;
+    create_table(rt, timeout, client, &epoch_sql.fences, &epoch_sql.create_fences)
+}
+
+/// Fails, rolling nothing forward, when a later run claimed the sink (see `txn`).
+fn check_claim(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    client: &Client,
+    fence_of: &str,
+    ids: &EpochIds,
+    what: &str,
+) -> Result<(), Failure> {
+    let row = block(rt, timeout, "reading the sink's claim", client.query_opt(fence_of, &[&ids.prefix]))?;
+    match row.map(|r| r.get::<_, String>(0)) {
+        Some(claimant) if claimant != ids.attempt => Err(Failure::Permanent(format!(
+            "{what}: fenced: a later run of this job (attempt {claimant}) writes this table now; \
+             this run (attempt {}) stops without preparing",
+            ids.attempt
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checks the server's `max_prepared_transactions` (as `SHOW` prints it).
@@ -281,6 +306,8 @@ impl<T> PostgresSink<T> {
             stash: Vec::new(),
             ids: None,
             checkpointing: false,
+            claimed: false,
+            last_barrier: 0,
             retries: Arc::new(AtomicU64::new(0)),
             _t: PhantomData,
         }
@@ -301,6 +328,11 @@ impl<T> PostgresSink<T> {
             &ctx.attempt,
         ));
         self.checkpointing = ctx.checkpointing;
+        if let Some(ids) = &self.ids {
+            let name = ids.application_name();
+            self.data.set_application_name(&name);
+            self.control.set_application_name(&name);
+        }
         self.retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         self.what = format!(
             "PostgreSQL sink `{}`[{}] ({}.{})",
@@ -329,6 +361,9 @@ impl<T> PostgresSink<T> {
         self.sent = 0;
         self.upsert = None;
         bookkeeping(rt, timeout, client, &self.config.schema, &self.epoch_sql)?;
+        if let Some(ids) = self.ids.as_ref().filter(|_| self.checkpointing) {
+            check_claim(rt, timeout, client, &self.epoch_sql.fence_of, ids, &self.what)?;
+        }
         if let Some(table) = &self.table {
             create_table(rt, timeout, client, &table.qualified, &table.create)?;
             add_missing_columns(rt, timeout, client, table)?;
@@ -499,6 +534,9 @@ impl<T> PostgresSink<T> {
         self.first_unsent = None;
         if autocommit {
             self.clear_epoch();
+        } else {
+            // Rows of the open epoch are in its transaction (their keys locked).
+            crash::point(crash::BEFORE_SINK_BARRIER, CheckpointId(self.last_barrier + 1));
         }
         Ok(())
     }
@@ -533,6 +571,42 @@ impl<T> PostgresSink<T> {
                 crash::point(crash::DURING_SINK_COMMIT, CheckpointId(epoch.checkpoint));
             }
         }
+        Ok(())
+    }
+
+    /// Claims the sink for this run and ends the sessions of earlier runs (see `txn`): an
+    /// earlier run still alive somewhere holds no row lock this one would wait for, and can
+    /// prepare nothing more. Once per run and subtask, before its first row.
+    fn claim(&mut self) -> Result<()> {
+        let Some(ids) = self.ids.as_ref().filter(|_| !self.claimed) else { return Ok(()) };
+        let (sink, attempt) = (ids.prefix.clone(), ids.attempt.clone());
+        let (prefix, own) = (ids.sessions_prefix(), ids.application_name());
+        let (claim, terminate) = (self.epoch_sql.claim.clone(), self.epoch_sql.terminate);
+        self.retry("claiming the sink", |s, _| {
+            s.control(|rt, timeout, c| {
+                block(rt, timeout, "claiming the sink", c.execute(&claim, &[&sink, &attempt]))
+            })
+        })?;
+        let ended = self.retry("ending the sessions of earlier runs", |s, _| {
+            s.control(|rt, timeout, c| {
+                match block_raw(rt, timeout, "ending sessions", c.query_one(terminate, &[&prefix, &own]))? {
+                    Ok(row) => Ok(row.get::<_, i64>(0)),
+                    // Not allowed to signal them (another role): the claim still fences them
+                    // at their next PREPARE or connection.
+                    Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Ok(-1),
+                    Err(e) => Err(classify("ending sessions", &e)),
+                }
+            })
+        })?;
+        match ended {
+            -1 => tracing::warn!(
+                "caudal: {}: not allowed to end the sessions of earlier runs; they are fenced at their next PREPARE",
+                self.what
+            ),
+            0 => {}
+            n => tracing::info!("caudal: {}: ended {n} session(s) of earlier runs (fenced)", self.what),
+        }
+        self.claimed = true;
         Ok(())
     }
 
@@ -745,6 +819,8 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             keep.extend(state.prepared.into_iter().filter(|p| p.checkpoint <= restored));
             held.extend(state.held.into_iter().filter(|h| h.checkpoint <= restored));
         }
+        self.last_barrier = restored;
+        self.claim()?;
         self.recover(&keep)?;
         // Every old subtask's held epochs, after every prepared one (they are newer).
         held.sort_by_key(|h| h.checkpoint);
@@ -758,6 +834,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
         self.init(ctx)?;
         if ctx.checkpointing {
             self.check_prepared_transactions_enabled()?;
+            self.claim()?;
         }
         if ctx.restored_checkpoint.is_none() && ctx.checkpointing && ctx.subtask == 0 {
             // A fresh start: transactions prepared by earlier runs belong to nobody.
@@ -789,6 +866,7 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
             self.flush()?;
             return Ok(None);
         }
+        self.last_barrier = checkpoint.0;
         if self.rows.as_ref().is_some_and(|r| !r.is_empty()) && self.must_wait() {
             self.hold(checkpoint.0)?;
         } else if self.rows.as_ref().is_some_and(|r| !r.is_empty()) {
@@ -802,6 +880,9 @@ impl<T: Data + Serialize> Sink for PostgresSink<T> {
                     let rt = s.rt.as_ref().ok_or_else(|| internal("no runtime"))?;
                     let timeout = s.timeout();
                     let (client, _) = s.data.get(rt)?;
+                    if let Some(ids) = &s.ids {
+                        check_claim(rt, timeout, client, &s.epoch_sql.fence_of, ids, &s.what)?;
+                    }
                     block(
                         rt,
                         timeout,

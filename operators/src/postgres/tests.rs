@@ -389,7 +389,8 @@ fn a_role_that_may_only_write_the_existing_tables_is_enough() {
     let role = format!("{}_w", db.schema);
     db.execute(&format!(
         "CREATE ROLE \"{role}\" LOGIN; GRANT USAGE ON SCHEMA \"{s}\" TO \"{role}\"; \
-         GRANT SELECT, INSERT, UPDATE ON \"{s}\".readings, \"{s}\".caudal_sink_epochs TO \"{role}\"",
+         GRANT SELECT, INSERT, UPDATE ON \"{s}\".readings, \"{s}\".caudal_sink_epochs, \"{s}\".caudal_sink_fences \
+         TO \"{role}\"",
         s = db.schema
     ));
     let pg: tokio_postgres::Config = db.url.parse().unwrap();

@@ -9,12 +9,23 @@
 //! `caudal_sink_epochs`, so once it commits the database itself says so: on restore a
 //! recorded id that is neither prepared nor in the table was lost, and the sink fails
 //! loudly instead of silently missing an epoch.
+//!
+//! Fencing: a run that starts or restores claims the sink in `caudal_sink_fences` and ends
+//! the sessions of earlier runs (their `application_name` names the sink and the run), so
+//! an earlier run that still lives — frozen, cut off, not yet told — holds no row locks the
+//! new one waits for, and its open transaction is gone. Before every `PREPARE` and on every
+//! new connection a run reads the claim in the transaction: a run that is no longer the
+//! claimant rolls back and stops. What it prepared before the claim, the new run's restore
+//! rolls back (another run's) or commits (its checkpoint's).
 
 use super::config::quote;
 use serde::{Deserialize, Serialize};
 
 /// The bookkeeping table (in the sink's schema).
 pub const EPOCHS_TABLE: &str = "caudal_sink_epochs";
+
+/// The fencing table (in the sink's schema): per sink, the run that writes it now.
+pub const FENCES_TABLE: &str = "caudal_sink_fences";
 
 /// A prepared epoch waiting for its checkpoint to complete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +87,8 @@ pub(crate) struct EpochIds {
     pub subtask: u32,
     /// This run of the job ([`caudal::OperatorContext::attempt`]).
     pub attempt: String,
+    /// The sink's target, hashed: its sessions' `application_name` starts with it.
+    target_hash: u32,
 }
 
 fn clean(s: &str, max: usize) -> String {
@@ -106,17 +119,25 @@ impl EpochIds {
         attempt: &str,
     ) -> Self {
         let target = format!("{database}/{schema}.{table}");
+        let target_hash = short_hash(&format!("{job}/{operator}/{target}"));
         EpochIds {
-            prefix: format!(
-                "{}-{}-{:08x}-",
-                clean(job, 60),
-                clean(operator, 60),
-                short_hash(&format!("{job}/{operator}/{target}"))
-            ),
+            prefix: format!("{}-{}-{target_hash:08x}-", clean(job, 60), clean(operator, 60)),
             sink: format!("{job}/{operator} -> {schema}.{table}"),
             subtask,
             attempt: attempt.to_string(),
+            target_hash,
         }
+    }
+
+    /// The `application_name` of this run's sessions (within PostgreSQL's 63 bytes): how a
+    /// later run finds the sessions of earlier ones.
+    pub(crate) fn application_name(&self) -> String {
+        format!("{}{}", self.sessions_prefix(), clean(&self.attempt, 40))
+    }
+
+    /// What the `application_name` of every run's sessions of this sink starts with.
+    pub(crate) fn sessions_prefix(&self) -> String {
+        format!("caudal {:08x} ", self.target_hash)
     }
 
     /// The transaction of `checkpoint`'s epoch in this run.
@@ -141,12 +162,35 @@ pub(crate) struct EpochSql {
     pub record: String,
     pub committed: String,
     pub prepared: &'static str,
+    /// `"schema"."caudal_sink_fences"`: per sink, the run that writes it now.
+    pub fences: String,
+    pub create_fences: String,
+    /// (sink, attempt): this run writes the sink from now on.
+    pub claim: String,
+    /// (sink) → the run that writes it.
+    pub fence_of: String,
+    /// (sessions prefix, own application name): ends the sessions of earlier runs.
+    pub terminate: &'static str,
 }
 
 impl EpochSql {
     pub(crate) fn new(schema: &str) -> Self {
         let t = format!("{}.{}", quote(schema), quote(EPOCHS_TABLE));
+        let f = format!("{}.{}", quote(schema), quote(FENCES_TABLE));
         EpochSql {
+            fences: f.clone(),
+            create_fences: format!(
+                "CREATE TABLE IF NOT EXISTS {f} (sink TEXT PRIMARY KEY, attempt TEXT NOT NULL, \
+                 claimed_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            ),
+            claim: format!(
+                "INSERT INTO {f} (sink, attempt) VALUES ($1, $2) \
+                 ON CONFLICT (sink) DO UPDATE SET attempt = EXCLUDED.attempt, claimed_at = now()"
+            ),
+            fence_of: format!("SELECT attempt FROM {f} WHERE sink = $1"),
+            terminate: "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND starts_with(application_name, $1) \
+                 AND application_name <> $2",
             qualified: t.clone(),
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (gid TEXT PRIMARY KEY, sink TEXT NOT NULL, \
