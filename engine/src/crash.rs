@@ -95,10 +95,17 @@ pub(crate) fn install(config: &crate::JobConfig) {
     }
 }
 
-/// Whether `name` at `checkpoint` is the armed crash point: for a point that must prepare
-/// what it crashes with (e.g. flush records to a broker) before [`point`].
+/// Whether `name` at `checkpoint` is the armed crash point (or a freeze point not reached
+/// yet): for a point that must prepare what it crashes with (e.g. flush records to a
+/// broker) before [`point`].
 #[inline]
 pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
+    let at = |(p, c): &(String, u64)| p == name && is(*c, checkpoint);
+    CRASH_AT.get().is_some_and(at)
+        || (FREEZE_AT.get().is_some_and(at) && !FROZEN.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+fn kills(name: &str, checkpoint: CheckpointId) -> bool {
     CRASH_AT.get().is_some_and(|(p, c)| p == name && is(*c, checkpoint))
 }
 
@@ -122,7 +129,7 @@ pub fn point(name: &str, checkpoint: CheckpointId) {
             eprintln!("caudal: freeze point {name} at checkpoint {checkpoint}: resumed");
         }
     }
-    if armed(name, checkpoint) {
+    if kills(name, checkpoint) {
         eprintln!("caudal: crash point {name} at checkpoint {checkpoint}: killing the process (SIGKILL)");
         kill_self();
     }
