@@ -7,7 +7,8 @@
 //!
 //! `<checkpoint>` may be `final`: the final checkpoint of the end of the input, a stop or a
 //! stop with savepoint, whatever its number — known in the process that runs the checkpoint
-//! coordinator (an embedded job, or a cluster's job manager), not in a cluster's executors.
+//! coordinator (an embedded job, or a cluster's job manager), which tells a cluster's
+//! executors before their barriers.
 //!
 //! `CAUDAL__TEST_PAUSE_AT=<point>:<checkpoint>:<ms>` instead holds the thread that reaches
 //! the point for `ms` milliseconds (once), so a test can fail a service exactly there — e.g.
@@ -64,9 +65,16 @@ pub const FINAL: u64 = u64::MAX;
 /// The final checkpoint the coordinator of this process triggered (0: none yet).
 static FINAL_CHECKPOINT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The coordinator triggers `checkpoint` as the final one (of the end of the input or a stop).
+/// The coordinator triggers `checkpoint` as the final one (of the end of the input or a stop);
+/// in a cluster the job manager tells the executors too (`ToExecutor::FinalCheckpoint`), so
+/// their crash points at `final` fire.
 pub(crate) fn mark_final(checkpoint: CheckpointId) {
     FINAL_CHECKPOINT.store(checkpoint.0, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the coordinator of this process marked `checkpoint` final.
+pub(crate) fn is_marked_final(checkpoint: CheckpointId) -> bool {
+    FINAL_CHECKPOINT.load(std::sync::atomic::Ordering::SeqCst) == checkpoint.0 && checkpoint.0 != 0
 }
 
 /// Whether the armed `armed_at` (a number, or [`FINAL`]) is `checkpoint`.

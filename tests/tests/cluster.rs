@@ -236,6 +236,33 @@ fn an_executor_crashing_inside_a_checkpoint() {
     assert_equals_expected(&out, "executor crashed inside checkpoint 3");
 }
 
+/// An executor killed while its sink commits the final checkpoint, at the end of the bounded
+/// input (#43): the job manager tells the executors which checkpoint is the final one, so
+/// the crash point `during-sink-commit:final` fires there; the job restarts from that
+/// complete checkpoint, its restore commits what the dead executor had not, and the output
+/// equals the clean run.
+#[test]
+fn an_executor_killed_while_committing_the_final_checkpoint() {
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager_with_env("tm-2", 1, &[("CAUDAL__TEST_CRASH_AT", "during-sink-commit:final")]);
+    c.wait_for_task_managers(2);
+    let out = c.dir.path().join("out");
+    let o = c.submit(2, &job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed = c.wait_job("temperature", 60, "failed once or finished", |j| {
+        !j["failures"].as_array().unwrap().is_empty() || status(j) == "FINISHED"
+    });
+    let cause = failed["failures"][0]["cause"].as_str().unwrap().to_string();
+    assert!(cause.contains("tm-2"), "the crash point was not reached: {failed:#}{}", c.logs());
+    assert!(c.logs().contains("crash point during-sink-commit at checkpoint"), "{}", c.logs());
+    // A restarted attempt takes a final checkpoint again: without the crash point this time.
+    c.kill_taskmanager("tm-2");
+    c.start_taskmanager("tm-3", 1);
+    c.wait_job("temperature", 60, "FINISHED", |j| status(j) == "FINISHED");
+    assert_equals_expected(&out, "executor killed while committing the final checkpoint");
+}
+
 /// `caudal savepoint` while the job runs; `caudal stop --savepoint` takes a final checkpoint,
 /// copies it to a savepoint and ends the job; `submit --restore savepoints/final` continues
 /// from it (here at another parallelism) to the clean run's output.

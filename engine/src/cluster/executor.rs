@@ -168,6 +168,7 @@ fn run_deployed(
                 Ok(Ok(msg)) => {
                     last_heard = Instant::now();
                     match msg {
+                        ToExecutor::FinalCheckpoint(id) => crate::crash::mark_final(id),
                         ToExecutor::TriggerCheckpoint(b) => handles.trigger(b),
                         ToExecutor::CheckpointComplete(id) => handles.complete(id),
                         ToExecutor::Stop => control.stop.store(true, Ordering::SeqCst),

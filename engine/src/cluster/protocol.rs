@@ -106,6 +106,8 @@ pub(crate) struct Peer {
 pub(crate) enum ToExecutor {
     /// Build and start the subtasks.
     Deploy(Deployment),
+    /// The checkpoint triggered next is the final one (for crash points at `final`).
+    FinalCheckpoint(CheckpointId),
     /// Inject checkpoint barrier at the sources.
     TriggerCheckpoint(CheckpointBarrier),
     /// Checkpoint complete: sinks commit.

@@ -548,6 +548,9 @@ impl Outbox {
 
 impl Participants for Outbox {
     fn trigger(&self, barrier: CheckpointBarrier) {
+        if crate::crash::is_marked_final(barrier.id) {
+            self.queue(|| ToExecutor::FinalCheckpoint(barrier.id));
+        }
         self.queue(|| ToExecutor::TriggerCheckpoint(barrier));
     }
 
