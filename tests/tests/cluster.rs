@@ -263,6 +263,24 @@ fn an_executor_killed_while_committing_the_final_checkpoint() {
     assert_equals_expected(&out, "executor killed while committing the final checkpoint");
 }
 
+/// The file sink's directory seen by two task managers as two different directories (a
+/// relative path, each task manager working in its own: hosts that share no storage), which
+/// would lose output at the first failover (#43): the job fails at once, at its first
+/// completed checkpoint, naming the directory and the cause, without restarts.
+#[test]
+fn a_file_sink_directory_the_hosts_do_not_share_fails_the_job_naming_it() {
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager_in_own_directory("tm-1", 1);
+    c.start_taskmanager_in_own_directory("tm-2", 1);
+    c.wait_for_task_managers(2);
+    let o = c.submit(2, &job_args(Path::new("own-disk-out")));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    let failed = c.wait_job("temperature", 60, "FAILED", |j| status(j) == "FAILED");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(detail.contains("own-disk-out") && detail.contains("is not shared by the hosts"), "{failed:#}");
+    assert_eq!(failed["restarts"].as_u64(), Some(0), "{failed:#}");
+}
+
 /// `caudal savepoint` while the job runs; `caudal stop --savepoint` takes a final checkpoint,
 /// copies it to a savepoint and ends the job; `submit --restore savepoints/final` continues
 /// from it (here at another parallelism) to the clean run's output.

@@ -10,7 +10,8 @@
 //! file is deleted: they hold records the restored job will produce again.
 //!
 //! Readers see only `<dir>/*.jsonl`: each record exactly once, even across kills. Without
-//! checkpointing, or at the end of bounded input, the open file is published at close.
+//! checkpointing, or at the end of bounded input, the open file is published at close. In a
+//! cluster the directory must be shared by every host (checked: `shared_dir`).
 
 use caudal::types::MAX_WATERMARK;
 use caudal::{crash, Batch, CheckpointId, Data, Error, OperatorContext, Result, Sink};
@@ -19,6 +20,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+
+use super::shared_dir::SharedDir;
 
 const IN_PROGRESS: &str = ".inprogress";
 
@@ -41,6 +44,8 @@ pub struct JsonFileSink<T> {
     writer: Option<(BufWriter<File>, PathBuf)>,
     pending: Vec<Pending>,
     line: Vec<u8>,
+    /// Whether every subtask sees this directory (checked at the first completed checkpoint).
+    shared: Option<SharedDir>,
     _t: PhantomData<fn(T)>,
 }
 
@@ -116,6 +121,7 @@ impl<T> JsonFileSink<T> {
             writer: None,
             pending: Vec::new(),
             line: Vec::new(),
+            shared: None,
             _t: PhantomData,
         }
     }
@@ -203,7 +209,11 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
         self.subtask = ctx.subtask;
         self.attempt = ctx.attempt.clone();
         std::fs::create_dir_all(self.in_progress())
-            .map_err(io(format!("creating output directory {}", self.dir.display())))
+            .map_err(io(format!("creating output directory {}", self.dir.display())))?;
+        if ctx.checkpointing {
+            self.shared = Some(SharedDir::announce(&self.dir, ctx)?);
+        }
+        Ok(())
     }
 
     fn write_batch(&mut self, batch: Batch<T>, _ctx: &mut OperatorContext) -> Result<()> {
@@ -245,6 +255,9 @@ impl<T: Data + Serialize> Sink for JsonFileSink<T> {
     }
 
     fn on_checkpoint_complete(&mut self, checkpoint: CheckpointId, _ctx: &mut OperatorContext) -> Result<()> {
+        if let Some(shared) = self.shared.as_mut() {
+            shared.check_once("output")?;
+        }
         self.commit_up_to(checkpoint.0)
     }
 

@@ -2,6 +2,7 @@
 
 mod discard;
 mod file;
+mod shared_dir;
 mod stdout;
 
 pub use discard::DiscardSink;

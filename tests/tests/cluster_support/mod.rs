@@ -204,7 +204,27 @@ impl Cluster {
     /// A task manager given `jobmanager` as the job manager's URL; a variable of `env` with
     /// an empty value is removed from its environment.
     pub fn start_taskmanager_at(&mut self, jobmanager: &str, name: &str, slots: u32, env: &[(&str, &str)]) {
+        self.start_taskmanager_cmd(Command::new(caudal()), jobmanager, name, slots, env)
+    }
+
+    /// A task manager (and its executors) working in a directory of its own: a relative path
+    /// in a job's arguments is then each host's own, as on hosts that share no storage.
+    pub fn start_taskmanager_in_own_directory(&mut self, name: &str, slots: u32) {
+        let cwd = self.dir.path().join(format!("{name}-cwd"));
+        std::fs::create_dir_all(&cwd).unwrap();
         let mut cmd = Command::new(caudal());
+        cmd.current_dir(cwd);
+        self.start_taskmanager_cmd(cmd, &self.url(), name, slots, &[])
+    }
+
+    fn start_taskmanager_cmd(
+        &mut self,
+        mut cmd: Command,
+        jobmanager: &str,
+        name: &str,
+        slots: u32,
+        env: &[(&str, &str)],
+    ) {
         for (k, v) in self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(env.iter().copied()) {
             if v.is_empty() {
                 cmd.env_remove(k);

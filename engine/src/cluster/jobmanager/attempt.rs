@@ -114,7 +114,7 @@ pub(crate) fn run(cluster: &Cluster, job: &ClusterJob, restore: Option<String>) 
     if let Outcome::Failed { progressed, .. } = &mut outcome {
         *progressed = a.last_completed > a.restored;
     }
-    a.cleanup(&outcome);
+    a.cleanup(&mut outcome);
     outcome
 }
 
@@ -478,7 +478,10 @@ impl Attempt<'_> {
 
     /// Makes sure every executor is gone: cancel it, ask its task manager to kill it, wait
     /// (at most the heartbeat timeout) until its connection closed and its process ended.
-    fn cleanup(&mut self, outcome: &Outcome) {
+    /// An error no restart can mend that an executor reports meanwhile becomes the outcome's
+    /// cause: the failure seen first is often a consequence (a peer whose data connection
+    /// went away when the executor with the real cause exited).
+    fn cleanup(&mut self, outcome: &mut Outcome) {
         for e in &mut self.execs {
             if !e.finished || *outcome != Outcome::Finished {
                 let _ = e.send(&ToExecutor::Cancel);
@@ -497,6 +500,18 @@ impl Attempt<'_> {
                             Ok(Err(_)) | Err(TryRecvError::Disconnected) => {
                                 e.link_closed = true;
                                 break;
+                            }
+                            Ok(Ok(FromExecutor::Finished { error: Some(err), retryable: false })) => {
+                                if let Outcome::Failed { cause, retryable, .. } = outcome {
+                                    if *retryable {
+                                        tracing::info!(
+                                            "caudal jobmanager: {} reported the cause behind `{cause}`",
+                                            e.name()
+                                        );
+                                        *cause = format!("{}: {err}", e.name());
+                                        *retryable = false;
+                                    }
+                                }
                             }
                             Ok(Ok(_)) => {}
                             Err(TryRecvError::Empty) => break,
