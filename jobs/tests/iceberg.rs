@@ -694,3 +694,42 @@ fn an_s3_outage_stalls_the_lake_and_the_run_ends_exact() {
     assert_lake_equals_model(&lake, "a 3 s S3 outage", &err);
     assert_equals_expected(&d, "a 3 s S3 outage");
 }
+
+#[path = "../../tests/tests/cluster_support/mod.rs"]
+mod cluster_support;
+
+/// Iceberg in a cluster (#43): tables through the REST catalog on S3, the job at parallelism
+/// 2 over two task managers, one of them killed after the first checkpoint and replaced.
+/// The restarted attempt's committer commits what the dead one left, its writers' files
+/// are cleaned by run, and the lake equals the model, one snapshot per checkpoint.
+#[test]
+fn in_a_cluster_with_a_task_manager_killed_the_lake_is_exact() {
+    use cluster_support::{status, Cluster};
+    let Some(lake) = Lake::rest() else { return };
+    let d = dirs();
+    let mut args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    // The job manager decides where checkpoints go; each executor where its state goes.
+    for flag in ["--checkpoint-dir", "--state-dir"] {
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args.drain(at..at + 2);
+    }
+    // ~12 s: room for a kill after the first checkpoint.
+    let rate = args.iter().position(|a| a == "--rate").unwrap() + 1;
+    args[rate] = "25".into();
+    let mut c = Cluster::start_with(&[], None, &lake.env);
+    for tm in ["tm-1", "tm-2"] {
+        c.start_taskmanager(tm, 2);
+    }
+    c.wait_for_task_managers(2);
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let running = c.wait_job("temperature", 60, "running with a checkpoint", |j| {
+        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+    });
+    let victim = running["task_managers"][0].as_str().unwrap().to_string();
+    c.kill_taskmanager(&victim);
+    c.start_taskmanager("tm-3", 2);
+    let done = c.wait_job("temperature", 120, "FINISHED", |j| status(j) == "FINISHED");
+    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}{}", c.logs());
+    assert_lake_equals_model(&lake, "a task manager killed", &c.logs());
+}

@@ -299,51 +299,6 @@ fn crash_during_restore_before_the_pending_commit() {
     assert_equals_clean(&stack, &run, "during-restore");
 }
 
-/// A real zombie (#43): the run freezes itself (SIGSTOP) with records of epoch 3 in its open
-/// transactions at the broker; a second run restores checkpoint 2 meanwhile — its producers
-/// take the same transactional ids, which aborts the frozen run's transactions and fences
-/// its producers — and finishes. Resumed, the frozen run is refused by the broker at its
-/// next flush or commit and stops; the output equals the clean run's.
-#[test]
-fn a_frozen_run_resumed_after_its_successor_restored_is_fenced_by_the_broker() {
-    let Some(stack) = stack() else { return };
-    clean(&stack);
-    let mut run = new_run(&stack, "zombie");
-    run.max_rate = Some("20000");
-    run.env = vec![("CAUDAL__TEST_FREEZE_AT", "before-sink-barrier:3")];
-    let zombie = spawn(&stack, &run, false, None);
-    let pid = zombie.id();
-    struct KillOnDrop(u32);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
-        }
-    }
-    let _guard = KillOnDrop(pid);
-    let frozen = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !frozen() {
-        assert!(Instant::now() < deadline, "the run did not freeze at before-sink-barrier:3 within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    run.env.clear();
-    run.max_rate = None;
-    let restored = finish(&stack, &run);
-    assert!(
-        restored.contains("left open by an earlier run"),
-        "the frozen run's transactions were not aborted: {restored}"
-    );
-    let _ = Command::new("kill").args(["-CONT", &pid.to_string()]).status();
-    let (status, err) = wait(zombie);
-    assert!(err.contains("freeze point before-sink-barrier at checkpoint 3"), "frozen elsewhere:\n{err}");
-    assert!(!status.success(), "the resumed zombie must stop, fenced:\n{err}");
-    assert!(err.to_lowercase().contains("fenced"), "the zombie stopped for another reason:\n{err}");
-    assert_equals_clean(&stack, &run, "a frozen run resumed after its successor restored");
-}
-
 /// Crashed inside the restore's own commit (#12): killed after checkpoint 3's metadata is
 /// durable, the restore is killed again after its first recommitted transaction (the other
 /// sink subtasks' not yet); a second restore recommits the rest (the first again, which is

@@ -436,3 +436,71 @@ fn a_registry_outage_fails_the_run_and_loses_nothing() {
     assert_eq!(got, want, "the readings are the input's plausible ones, each once");
     assert!(read_committed_with_headers(&stack, &dlq).is_empty(), "nothing was dead-lettered");
 }
+
+/// A schema change across a restore (#43): the job (unbounded: a bounded run keeps the end
+/// offsets of its first start across restores) is killed mid-input; while it is down the
+/// producer moves to version 2 (an added field with a default) and writes more; the restored
+/// run reads the rest of version 1 and all of version 2 — each reading published once.
+#[test]
+fn a_restore_reads_what_a_producer_wrote_with_a_new_schema_version_while_the_job_was_down() {
+    let Some(stack) = stack() else { return };
+    let topic = unique("evolve-restore-in");
+    create_topic(&stack, &topic, 2);
+    produce_readings_with(&stack, &topic, 600, 4, &["--faulty-fraction", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let job = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_temperature"))
+            .args(["--source", "kafka", "--input-topic", &topic])
+            .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+            .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
+            .arg("--output")
+            .arg(dir.path().join("results"))
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("ckpt"))
+            .args(extra)
+            .stderr(std::fs::File::create(dir.path().join(format!("stderr{}", extra.join("_")))).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let readings = dir.path().join("results/readings");
+    let mut first = job(&["--max-records-per-second", "200"]);
+    let start = Instant::now();
+    while lines(&readings).len() < 150 {
+        assert!(start.elapsed() < Duration::from_secs(60), "nothing published after a minute");
+        assert!(first.try_wait().unwrap().is_none(), "the first run ended before its kill");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let before = lines(&readings).len();
+    assert!(before < 600, "the first run read everything before its kill ({before})");
+
+    let client = RegistryClient::new(&stack.registry).unwrap();
+    let v2_id = client.register_json(&subject_for_topic(&topic), READING_V2).unwrap();
+    produce_raw(&stack, &topic, 1, &v2_records(v2_id, 200));
+
+    let mut restored = job(&["--restore", "latest"]);
+    let is_v2 = |l: &str| l.contains("\"sensor_id\":100");
+    wait_for_readings(&readings, 200, "version-2 readings", is_v2);
+    wait_for_readings(&readings, 600, "version-1 readings", |l| !is_v2(l));
+    let pid = restored.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = restored.wait().unwrap();
+    let err = std::fs::read_to_string(dir.path().join("stderr--restore_latest")).unwrap();
+    assert!(status.success(), "the restored run failed: {err}");
+    assert!(err.contains("restoring job"), "{err}");
+    assert!(!err.contains("bad record"), "version 2 was read as bad data: {err}");
+    let mut keys: Vec<(i64, i64)> = lines(&readings)
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
+        })
+        .collect();
+    let published = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), published, "a reading published twice");
+    assert_eq!(published, 800, "600 of version 1 and 200 of version 2, each once");
+    assert_eq!(keys.iter().filter(|k| k.0 >= 1000).count(), 200, "the version-2 readings");
+}

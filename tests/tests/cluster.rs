@@ -726,3 +726,101 @@ fn a_checkpoint_storage_outage_is_retried_by_the_job_manager_until_the_storage_i
     eprintln!("restarts {}; causes: {causes:#?}", done["restarts"]);
     caudal_checkpoints::store::delete_dir(&s3::store(&url, &s3), "").unwrap();
 }
+
+/// The job manager's REST API under random requests (#43): paths made of its own words
+/// and of junk, query strings, methods, content types and bodies (JSON-like or bytes), with
+/// a job running. Every answer is below 500, and afterwards the job manager still answers
+/// and the job still runs. The seed is printed; `CAUDAL_FUZZ_SEED` replays a run.
+#[test]
+fn random_requests_to_the_job_manager_never_get_a_server_error() {
+    let mut c = Cluster::start(&[]);
+    c.start_taskmanager("tm-1", 2);
+    c.wait_for_task_managers(1);
+    let out = c.dir.path().join("out");
+    let o = c.submit(1, &slow_job_args(&out));
+    assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+    c.wait_job("temperature", 30, "RUNNING", |j| status(j) == "RUNNING");
+    let seed: u64 =
+        std::env::var("CAUDAL_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+        });
+    eprintln!("fuzzing the job manager with CAUDAL_FUZZ_SEED={seed}");
+    let mut x = seed;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    const WORDS: [&str; 14] = [
+        "api",
+        "v1",
+        "cluster",
+        "jobs",
+        "blobs",
+        "temperature",
+        "state",
+        "operators",
+        "savepoints",
+        "metrics",
+        "kafka",
+        "transactions",
+        "checkpoints",
+        "login",
+    ];
+    let junk = |n: u64| -> String {
+        match n % 4 {
+            0 => "%00%ff..%2f".into(),
+            1 => format!("{:064x}", n),
+            2 => "a".repeat((n % 300) as usize),
+            _ => "..".into(),
+        }
+    };
+    for i in 0..300 {
+        let depth = 1 + next() % 6;
+        let mut segments: Vec<String> = vec!["api".into(), "v1".into()];
+        for _ in 0..depth {
+            let n = next();
+            segments.push(if n % 3 == 0 {
+                junk(next())
+            } else {
+                WORDS[(n % WORDS.len() as u64) as usize].into()
+            });
+        }
+        if segments.iter().any(|s| s == "cancel" || s == "stop") {
+            continue; // would end the job by design
+        }
+        let method = ["GET", "POST", "PUT", "DELETE", "PATCH"][(next() % 5) as usize];
+        let content_type =
+            ["application/json", "text/plain", "application/octet-stream", ""][(next() % 4) as usize];
+        let body: Vec<u8> = match next() % 4 {
+            0 => Vec::new(),
+            1 => br#"{"binary_sha256":"00","args":["--x"],"parallelism":0,"restore":"../../etc"}"#.to_vec(),
+            2 => (0..next() % 512).map(|_| next() as u8).collect(),
+            _ => b"{\"name\": [1, {\"a\": null}], \"parallelism\": -1}".to_vec(),
+        };
+        let query = if next() % 2 == 0 {
+            format!("?offset={}&limit=-1&key=%zz", next() % 1000)
+        } else {
+            String::new()
+        };
+        let url = format!("{}/{}{query}", c.url(), segments.join("/"));
+        let mut b = ureq::http::Request::builder().method(method).uri(&url);
+        if !content_type.is_empty() {
+            b = b.header("Content-Type", content_type);
+        }
+        let Ok(req) = b.body(body) else { continue };
+        let status = match c.agent.run(req) {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => panic!("request {i} {method} {url}: {e} (CAUDAL_FUZZ_SEED={seed})"),
+        };
+        assert!(
+            status < 500,
+            "request {i} {method} {url} ({content_type}): {status} (CAUDAL_FUZZ_SEED={seed})"
+        );
+    }
+    let info = c.get("/api/v1/cluster").expect("the job manager answers after the random requests");
+    assert_eq!(info["task_managers"].as_array().unwrap().len(), 1, "{info:#}");
+    let job = c.wait_job("temperature", 5, "still running", |j| status(j) == "RUNNING");
+    assert_eq!(job["restarts"].as_u64(), Some(0), "{job:#}");
+}

@@ -13,8 +13,8 @@
 use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, ProducerId, RequestHeader, ResponseHeader,
-    TransactionalId,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId, RequestHeader, ResponseHeader, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::io::{Read, Write};
@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 const FIND_COORDINATOR_VERSION: i16 = 3;
 const END_TXN_VERSION: i16 = 3;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
+/// InitProducerId v1: a new session for a transactional id, as a producer starting up asks
+/// for one (no producer id or epoch of ours to name).
+const INIT_PRODUCER_ID_VERSION: i16 = 1;
 
 /// Kafka error codes this module acts on.
 mod code {
@@ -144,6 +147,25 @@ impl TxnCoordinatorClient {
                 .with_producer_epoch(epoch)
                 .with_committed(commit);
             let response: EndTxnResponse = conn.call(ApiKey::EndTxn, &request, END_TXN_VERSION)?;
+            Ok(match response.error_code {
+                code::NONE => Answer::Done(()),
+                other => Answer::Code(other),
+            })
+        })
+    }
+
+    /// Fences `transactional_id`: starts a new producer session for it (InitProducerId), as a
+    /// producer starting up does, which moves its epoch on — any producer still holding the
+    /// old one (a zombie: a frozen or cut-off earlier run) is refused from then on — and
+    /// aborts a transaction it left open. Nothing uses the new session.
+    pub fn fence(&self, transactional_id: &str, transaction_timeout: Duration) -> Result<()> {
+        let timeout_ms = i32::try_from(transaction_timeout.as_millis()).unwrap_or(i32::MAX);
+        self.with_coordinator(transactional_id, "InitProducerId", |conn| {
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_string(transactional_id.into()))))
+                .with_transaction_timeout_ms(timeout_ms);
+            let response: InitProducerIdResponse =
+                conn.call(ApiKey::InitProducerId, &request, INIT_PRODUCER_ID_VERSION)?;
             Ok(match response.error_code {
                 code::NONE => Answer::Done(()),
                 other => Answer::Code(other),

@@ -153,6 +153,7 @@ impl<T: Data> Sink for KafkaSink<T> {
                     parallelism: ctx.parallelism,
                     topic: &self.config.topic,
                     later: &later,
+                    transaction_timeout: self.config.transaction_timeout,
                 }
                 .run(&self.restored, restored)?;
                 self.restored.clear();

@@ -192,8 +192,20 @@ impl SinkProducer {
             record = record.timestamp(timestamp);
         }
         send_waiting(&self.producer, record).map_err(|e| {
-            Error::external("kafka", format!("kafka sink: producing into `{}`: {e}", self.topic))
+            Error::external(
+                "kafka",
+                format!("kafka sink: producing into `{}`: {e}{}", self.topic, self.fatal()),
+            )
         })
+    }
+
+    /// Why the producer is in its fatal state, if it is (e.g. fenced by a newer producer of
+    /// its transactional id: a later run of the job took over), as a suffix of a message.
+    fn fatal(&self) -> String {
+        match self.producer.client().fatal_error() {
+            Some((code, reason)) => format!(" — {code:?}: {reason}"),
+            None => String::new(),
+        }
     }
 
     /// Serves delivery reports without waiting.

@@ -37,6 +37,8 @@ pub(crate) struct Recovery<'a> {
     pub(crate) topic: &'a str,
     /// The sink's snapshots in the checkpoints later runs completed on from the restored one.
     pub(crate) later: &'a [LaterCheckpoint],
+    /// The sink's `transaction.timeout.ms` (for the sessions that fence earlier runs).
+    pub(crate) transaction_timeout: std::time::Duration,
 }
 
 /// The sink's snapshots (every subtask's) in a checkpoint completed after the restored one
@@ -160,6 +162,11 @@ impl Recovery<'_> {
         }
     }
 
+    /// Fences every id of `old_subtask` an earlier run used, except those just recommitted
+    /// (a second restore from the same checkpoint must find them at their recorded epoch):
+    /// a transaction it left open is aborted, and a producer it still holds — a zombie,
+    /// frozen or cut off, that would begin a new transaction on an idle id and leave it open
+    /// for readers to wait on — is refused from then on.
     fn abort_lingering(&self, old_subtask: u32, committed: &HashSet<String>) -> Result<()> {
         for index in 0..MAX_PROBED_IDS {
             let id = transactional_id(self.prefix, old_subtask, index);
@@ -168,20 +175,18 @@ impl Recovery<'_> {
                 .describe(&id)
                 .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))?;
             let Some(state) = described else { break };
-            if state.is_open() && !committed.contains(&id) {
+            if committed.contains(&id) {
+                continue;
+            }
+            if state.is_open() {
                 tracing::info!(
                     "caudal: kafka sink into `{}`: aborting `{id}` left open by an earlier run (producer {} epoch {})",
                     self.topic, state.producer_id, state.producer_epoch
                 );
-                self.coordinator.end_txn(&id, state.producer_id, state.producer_epoch, false).map_err(
-                    |e| {
-                        Error::external(
-                            "kafka",
-                            format!("kafka sink into `{}`: aborting `{id}`: {e}", self.topic),
-                        )
-                    },
-                )?;
             }
+            self.coordinator.fence(&id, self.transaction_timeout).map_err(|e| {
+                Error::external("kafka", format!("kafka sink into `{}`: fencing `{id}`: {e}", self.topic))
+            })?;
         }
         Ok(())
     }

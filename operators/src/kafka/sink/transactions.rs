@@ -12,7 +12,12 @@
 //! `(producer id, epoch)` it was recorded with, and committing it again cannot commit a
 //! newer transaction of the same id by mistake. After a restore the same holds for the ids
 //! the restored checkpoint lists ("reserved" until a newer checkpoint completes), so a
-//! second restore from that checkpoint finds them committed rather than fenced.
+//! second restore from that checkpoint finds them committed rather than fenced. When the
+//! newer checkpoint completes, the reserved ids are fenced (a new session each, moving
+//! their epoch on): an earlier run still alive — a zombie that held one as an idle producer
+//! and began a transaction on it — is refused from then on and its transaction aborted,
+//! instead of staying open for readers to wait on until the broker's timeout. (Every other
+//! id of an earlier run the restore fences at once: `recovery.rs`.)
 
 use super::config::KafkaSinkConfig;
 use super::producer::{BrokerStats, SinkProducer};
@@ -356,7 +361,16 @@ impl Transactions {
             std::mem::take(&mut self.committed).into_iter().partition(|p| p.listed_until < checkpoint.0);
         self.committed = still_listed;
         self.free.extend(free.into_iter().map(|p| p.txn));
-        self.reserved.retain(|(_, listed_until)| *listed_until >= checkpoint.0);
+        let released: Vec<u32> =
+            self.reserved.iter().filter(|(_, until)| *until < checkpoint.0).map(|(i, _)| *i).collect();
+        self.reserved.retain(|(_, until)| *until >= checkpoint.0);
+        for index in released {
+            let id = super::recovery::transactional_id(&self.id_prefix, self.subtask, index);
+            if let Err(e) = self.coordinator.fence(&id, self.config.transaction_timeout) {
+                // A zombie's transaction on it, if any, then ends at the broker's timeout.
+                tracing::warn!("caudal: kafka sink into `{}`: fencing `{id}`: {e}", self.config.topic);
+            }
+        }
         for (i, p) in due.into_iter().enumerate() {
             let txn = &p.txn;
             txn.gauges.set(g::STATE_COMMITTING, p.checkpoint);
