@@ -211,6 +211,16 @@ impl JobConfig {
                     parse_u(v)
                 }
             };
+            // `<point>:<checkpoint>` (a crash or freeze point).
+            let point_at = |value: &str| -> Result<(String, u64)> {
+                let (point, id) = value.rsplit_once(':').ok_or_else(|| {
+                    Error::config(
+                        key.clone(),
+                        "expected <point>:<checkpoint>, e.g. before-metadata:3 or during-sink-commit:final",
+                    )
+                })?;
+                Ok((point.to_string(), parse_checkpoint(id)?))
+            };
             match name {
                 "PARALLELISM" => self.parallelism = parse_u(&value)? as u32,
                 "MAX_PARALLELISM" => self.max_parallelism = parse_u(&value)? as u32,
@@ -246,24 +256,8 @@ impl JobConfig {
                     let ms = parse_u(&value)?;
                     self.latency_marker_interval = (ms > 0).then(|| Duration::from_millis(ms));
                 }
-                "TEST_CRASH_AT" => {
-                    let (point, id) = value.rsplit_once(':').ok_or_else(|| {
-                        Error::config(
-                            key.clone(),
-                            "expected <point>:<checkpoint>, e.g. before-metadata:3 or during-sink-commit:final",
-                        )
-                    })?;
-                    self.crash_at = Some((point.to_string(), parse_checkpoint(id)?));
-                }
-                "TEST_FREEZE_AT" => {
-                    let (point, id) = value.rsplit_once(':').ok_or_else(|| {
-                        Error::config(
-                            key.clone(),
-                            "expected <point>:<checkpoint>, e.g. before-sink-barrier:3",
-                        )
-                    })?;
-                    self.freeze_at = Some((point.to_string(), parse_checkpoint(id)?));
-                }
+                "TEST_CRASH_AT" => self.crash_at = Some(point_at(&value)?),
+                "TEST_FREEZE_AT" => self.freeze_at = Some(point_at(&value)?),
                 "TEST_PAUSE_AT" => {
                     let bad = || {
                         Error::config(

@@ -6,9 +6,12 @@
 //! at each crash point of the commit protocol and at random moments. The rows must be
 //! exactly what the generator's input implies (`common/oracle.rs`, without the engine):
 //! no loss, no duplicate. Each snapshot carries its checkpoint id and holds exactly the
-//! readings the file sink published up to that checkpoint (time travel).
+//! readings the file sink published up to that checkpoint (time travel). In a cluster too,
+//! with a task manager killed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../tests/tests/cluster_support/mod.rs"]
+mod cluster_support;
 mod common;
 
 use common::*;
@@ -695,16 +698,13 @@ fn an_s3_outage_stalls_the_lake_and_the_run_ends_exact() {
     assert_equals_expected(&d, "a 3 s S3 outage");
 }
 
-#[path = "../../tests/tests/cluster_support/mod.rs"]
-mod cluster_support;
-
 /// Iceberg in a cluster (#43): tables through the REST catalog on S3, the job at parallelism
 /// 2 over two task managers, one of them killed after the first checkpoint and replaced.
 /// The restarted attempt's committer commits what the dead one left, its writers' files
 /// are cleaned by run, and the lake equals the model, one snapshot per checkpoint.
 #[test]
 fn in_a_cluster_with_a_task_manager_killed_the_lake_is_exact() {
-    use cluster_support::{status, Cluster};
+    use cluster_support::Cluster;
     let Some(lake) = Lake::rest() else { return };
     let d = dirs();
     let mut args = lake.args(base_args(&d.out, &d.ckpt, 2));
@@ -723,13 +723,6 @@ fn in_a_cluster_with_a_task_manager_killed_the_lake_is_exact() {
     c.wait_for_task_managers(2);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", String::from_utf8_lossy(&o.stderr), c.logs());
-    let running = c.wait_job("temperature", 60, "running with a checkpoint", |j| {
-        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
-    });
-    let victim = running["task_managers"][0].as_str().unwrap().to_string();
-    c.kill_taskmanager(&victim);
-    c.start_taskmanager("tm-3", 2);
-    let done = c.wait_job("temperature", 120, "FINISHED", |j| status(j) == "FINISHED");
-    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}{}", c.logs());
+    c.kill_a_task_manager_of("temperature", "tm-3", 2, 120);
     assert_lake_equals_model(&lake, "a task manager killed", &c.logs());
 }

@@ -54,6 +54,19 @@ fn lines(dir: &Path) -> Vec<String> {
     out
 }
 
+/// (sensor, ts) of every published reading under `dir`, sorted (twice if published twice).
+fn reading_keys(dir: &Path) -> Vec<(i64, i64)> {
+    let mut keys: Vec<(i64, i64)> = lines(dir)
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
+        })
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
 /// "read N" of the job's last progress line.
 fn read_count(stderr: &str) -> u64 {
     let line = stderr.lines().rev().find(|l| l.contains(" read ")).expect("a progress line");
@@ -97,14 +110,7 @@ fn bad_records_are_counted_and_dead_lettered_while_the_job_keeps_running() {
     produce_readings(&stack, &clean, 500, 1);
     produce_readings(&stack, &clean, 500, 2);
     let (want, _) = kafka_support::oracle::expected(&stack, &clean, 60_000);
-    let mut got: Vec<(i64, i64)> = lines(&dir.path().join("results/readings"))
-        .iter()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
-        })
-        .collect();
-    got.sort_unstable();
+    let got = reading_keys(&dir.path().join("results/readings"));
     let want: Vec<(i64, i64)> = want.iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(got, want, "the readings are the good records' plausible ones, each once");
 
@@ -424,14 +430,7 @@ fn a_registry_outage_fails_the_run_and_loses_nothing() {
     assert!(out.status.success(), "the run after the outage failed: {err}");
     assert!(!err.contains("bad record"), "{err}");
     let (want, _) = kafka_support::oracle::expected(&stack, &topic, 60_000);
-    let mut got: Vec<(i64, i64)> = lines(&dir.path().join("results/readings"))
-        .iter()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
-        })
-        .collect();
-    got.sort_unstable();
+    let got = reading_keys(&dir.path().join("results/readings"));
     let want: Vec<(i64, i64)> = want.iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(got, want, "the readings are the input's plausible ones, each once");
     assert!(read_committed_with_headers(&stack, &dlq).is_empty(), "nothing was dead-lettered");
@@ -490,15 +489,8 @@ fn a_restore_reads_what_a_producer_wrote_with_a_new_schema_version_while_the_job
     assert!(status.success(), "the restored run failed: {err}");
     assert!(err.contains("restoring job"), "{err}");
     assert!(!err.contains("bad record"), "version 2 was read as bad data: {err}");
-    let mut keys: Vec<(i64, i64)> = lines(&readings)
-        .iter()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["sensor_id"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
-        })
-        .collect();
+    let mut keys = reading_keys(&readings);
     let published = keys.len();
-    keys.sort_unstable();
     keys.dedup();
     assert_eq!(keys.len(), published, "a reading published twice");
     assert_eq!(published, 800, "600 of version 1 and 200 of version 2, each once");

@@ -1052,7 +1052,7 @@ fn a_wrong_postgres_password_fails_the_job_naming_the_sink_and_the_cause() {
 /// what the input implies.
 #[test]
 fn in_a_cluster_with_a_task_manager_killed_the_tables_hashes_and_files_are_what_the_input_implies() {
-    use cluster_support::{status, Cluster};
+    use cluster_support::Cluster;
     let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
         return;
     };
@@ -1070,14 +1070,7 @@ fn in_a_cluster_with_a_task_manager_killed_the_tables_hashes_and_files_are_what_
     c.wait_for_task_managers(2);
     let o = c.submit(2, &args);
     assert!(o.status.success(), "submit failed: {}{}", String::from_utf8_lossy(&o.stderr), c.logs());
-    let running = c.wait_job("temperature", 60, "running with a checkpoint", |j| {
-        status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
-    });
-    let victim = running["task_managers"][0].as_str().unwrap().to_string();
-    c.kill_taskmanager(&victim);
-    c.start_taskmanager("tm-3", 2);
-    let done = c.wait_job("temperature", 120, "FINISHED", |j| status(j) == "FINISHED");
-    assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}{}", c.logs());
+    c.kill_a_task_manager_of("temperature", "tm-3", 2, 120);
     let r = t.results();
     assert_is_what_the_input_implies(&r);
     assert!(t.in_progress().is_empty(), "in-progress archive objects left: {:?}", t.in_progress());

@@ -313,6 +313,21 @@ impl Cluster {
         child.wait().unwrap();
     }
 
+    /// Once job `job` runs with a completed checkpoint, SIGKILLs the first task manager it
+    /// runs on and starts `replacement` with `slots`; waits (at most `secs`) until the job
+    /// finished after at least one restart, and answers it.
+    pub fn kill_a_task_manager_of(&mut self, job: &str, replacement: &str, slots: u32, secs: u64) -> Value {
+        let running = self.wait_job(job, 60, "running with a checkpoint", |j| {
+            status(j) == "RUNNING" && j["last_checkpoint"].as_u64().is_some()
+        });
+        let victim = running["task_managers"][0].as_str().unwrap().to_string();
+        self.kill_taskmanager(&victim);
+        self.start_taskmanager(replacement, slots);
+        let done = self.wait_job(job, secs, "FINISHED", |j| status(j) == "FINISHED");
+        assert!(done["restarts"].as_u64().unwrap() >= 1, "{done:#}{}", self.logs());
+        done
+    }
+
     /// The pids of task manager `name` and of its executors (its child processes).
     pub fn taskmanager_pids(&self, name: &str) -> Vec<u32> {
         let (_, child) =
