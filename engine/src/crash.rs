@@ -36,7 +36,9 @@ pub const BEFORE_METADATA: &str = "before-metadata";
 pub const AFTER_METADATA_BEFORE_NOTIFY: &str = "after-metadata-before-notify";
 /// A sink is committing (some of its pending files are published, some not).
 pub const DURING_SINK_COMMIT: &str = "during-sink-commit";
-/// A restored job has read its checkpoint and is restoring operators.
+/// A restored job has read its checkpoint's metadata; no operator has restored yet (the
+/// sinks' restore-time commits have points of their own: `during-*-recommit`,
+/// `during-archive-republish`).
 pub const DURING_RESTORE: &str = "during-restore";
 /// A restored Kafka sink subtask committed the first transaction the checkpoint recorded
 /// (the others of the process, and of the subtask, not yet); the checkpoint is the restored one.

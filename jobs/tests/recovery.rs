@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -203,14 +204,42 @@ fn crash_during_restore() {
     child.kill().unwrap();
     wait(child);
     let latest = latest_checkpoint(&d.ckpt).expect("a checkpoint completed before the kill");
+    let before = files_under(&d.out);
+    assert!(
+        before.iter().any(|f| f.contains(".inprogress/")),
+        "the killed run left nothing in progress, which a sink's restore would clean: {before:?}"
+    );
     let (status, err) = wait(spawn(
         &base_args(&d.out, &d.ckpt, 2),
         true,
         &[("CAUDAL__TEST_CRASH_AT", format!("during-restore:{latest}"))],
     ));
     assert_eq!(status.signal(), Some(9), "restore crash point not reached: {err}");
+    // Where the point's name says (#43): the checkpoint was read, no operator restored yet —
+    // no sink published a pending file or removed an in-progress one, no checkpoint was added.
+    assert!(err.contains(&format!("restoring job `temperature` from checkpoint chk-{latest}")), "{err}");
+    assert_eq!(files_under(&d.out), before, "an operator restored before the crash point");
+    assert_eq!(latest_checkpoint(&d.ckpt), Some(latest));
     finish(&d, 2);
     assert_equals_expected(&d, "crash during restore");
+}
+
+/// The files under `dir`, as paths relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(rel) = path.strip_prefix(dir) {
+                files.push(rel.display().to_string());
+            }
+        }
+    }
+    files.sort();
+    files
 }
 
 /// Stops with SIGTERM (final checkpoint), then restores at `to` parallelism and finishes.
