@@ -92,7 +92,7 @@ static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 static FREEZE_AT: OnceLock<(String, u64)> = OnceLock::new();
 static FROZEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Arms the crash point and the pause point `config` names (once per process).
+/// Arms the crash, pause and freeze points `config` names (once per process).
 pub(crate) fn install(config: &crate::JobConfig) {
     if let Some((point, checkpoint)) = &config.crash_at {
         let _ = CRASH_AT.set((point.clone(), *checkpoint));
@@ -110,17 +110,19 @@ pub(crate) fn install(config: &crate::JobConfig) {
 /// broker) before [`point`].
 #[inline]
 pub fn armed(name: &str, checkpoint: CheckpointId) -> bool {
-    let at = |(p, c): &(String, u64)| p == name && is(*c, checkpoint);
-    CRASH_AT.get().is_some_and(at)
-        || (FREEZE_AT.get().is_some_and(at) && !FROZEN.load(std::sync::atomic::Ordering::SeqCst))
+    names(&CRASH_AT, name, checkpoint)
+        || (names(&FREEZE_AT, name, checkpoint) && !FROZEN.load(std::sync::atomic::Ordering::SeqCst))
 }
 
-fn kills(name: &str, checkpoint: CheckpointId) -> bool {
-    CRASH_AT.get().is_some_and(|(p, c)| p == name && is(*c, checkpoint))
+/// Whether the point armed in `slot` is `name` at `checkpoint`.
+#[inline]
+fn names(slot: &OnceLock<(String, u64)>, name: &str, checkpoint: CheckpointId) -> bool {
+    slot.get().is_some_and(|(p, c)| p == name && is(*c, checkpoint))
 }
 
 /// Kill the process if `name` at `checkpoint` is the armed crash point; hold the thread if
-/// it is the armed pause point (the first thread that reaches it).
+/// it is the armed pause point, stop the process if it is the armed freeze point (each
+/// for the first thread that reaches it).
 #[inline]
 pub fn point(name: &str, checkpoint: CheckpointId) {
     if let Some((p, c, ms)) = PAUSE_AT.get() {
@@ -130,16 +132,12 @@ pub fn point(name: &str, checkpoint: CheckpointId) {
             eprintln!("caudal: pause point {name} at checkpoint {checkpoint}: going on");
         }
     }
-    if let Some((p, c)) = FREEZE_AT.get() {
-        if p == name && is(*c, checkpoint) && !FROZEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            eprintln!(
-                "caudal: freeze point {name} at checkpoint {checkpoint}: stopping the process (SIGSTOP)"
-            );
-            let _ = signal_hook::low_level::raise(signal_hook::consts::SIGSTOP);
-            eprintln!("caudal: freeze point {name} at checkpoint {checkpoint}: resumed");
-        }
+    if names(&FREEZE_AT, name, checkpoint) && !FROZEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        eprintln!("caudal: freeze point {name} at checkpoint {checkpoint}: stopping the process (SIGSTOP)");
+        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGSTOP);
+        eprintln!("caudal: freeze point {name} at checkpoint {checkpoint}: resumed");
     }
-    if kills(name, checkpoint) {
+    if names(&CRASH_AT, name, checkpoint) {
         eprintln!("caudal: crash point {name} at checkpoint {checkpoint}: killing the process (SIGKILL)");
         kill_self();
     }

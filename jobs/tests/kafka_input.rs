@@ -35,6 +35,20 @@ fn produce_readings_with(stack: &Stack, topic: &str, records: u64, seed: u64, ex
     assert!(out.status.success(), "produce failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The job reading `topic` (schemas from `registry`) into files under `out/results`,
+/// checkpointing every 200 ms into `out/ckpt`; callers add their flags and stdio.
+fn job_command(stack: &Stack, registry: &str, topic: &str, out: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+    cmd.args(["--source", "kafka", "--input-topic", topic])
+        .args(["--brokers", &stack.brokers, "--schema-registry", registry])
+        .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
+        .arg("--output")
+        .arg(out.join("results"))
+        .arg("--checkpoint-dir")
+        .arg(out.join("ckpt"));
+    cmd
+}
+
 /// Runs the job over `topic` (bounded) into files under `out`; returns its stderr after
 /// checking it succeeded.
 fn run_job(stack: &Stack, topic: &str, out: &Path, extra: &[&str]) -> String {
@@ -194,14 +208,7 @@ fn a_running_job_keeps_reading_a_producer_that_moves_to_a_compatible_schema_vers
     // The job runs unbounded: it is the same process before and after the change.
     let dir = tempfile::tempdir().unwrap();
     let stderr_path = dir.path().join("stderr");
-    let mut job = Command::new(env!("CARGO_BIN_EXE_temperature"))
-        .args(["--source", "kafka", "--input-topic", &topic])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-        .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
-        .arg("--output")
-        .arg(dir.path().join("results"))
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("ckpt"))
+    let mut job = job_command(&stack, &stack.registry, &topic, dir.path())
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
         .unwrap();
@@ -381,15 +388,8 @@ fn a_registry_outage_fails_the_run_and_loses_nothing() {
     let proxy = RegistryProxy::start(&stack.registry);
     let dir = tempfile::tempdir().unwrap();
     let job = |restore: bool| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
-        cmd.args(["--source", "kafka", "--input-topic", &topic, "--bounded", "--dead-letter-topic", &dlq])
-            .args(["--brokers", &stack.brokers, "--schema-registry", &proxy.url])
-            .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
-            .args(["--max-records-per-second", "2000"])
-            .arg("--output")
-            .arg(dir.path().join("results"))
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("ckpt"))
+        let mut cmd = job_command(&stack, &proxy.url, &topic, dir.path());
+        cmd.args(["--bounded", "--dead-letter-topic", &dlq, "--max-records-per-second", "2000"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
         if restore {
@@ -448,14 +448,7 @@ fn a_restore_reads_what_a_producer_wrote_with_a_new_schema_version_while_the_job
     produce_readings_with(&stack, &topic, 600, 4, &["--faulty-fraction", "0"]);
     let dir = tempfile::tempdir().unwrap();
     let job = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_temperature"))
-            .args(["--source", "kafka", "--input-topic", &topic])
-            .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
-            .args(["--checkpoint-interval", "0.2", "--progress-secs", "0", "--no-ui"])
-            .arg("--output")
-            .arg(dir.path().join("results"))
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("ckpt"))
+        job_command(&stack, &stack.registry, &topic, dir.path())
             .args(extra)
             .stderr(std::fs::File::create(dir.path().join(format!("stderr{}", extra.join("_")))).unwrap())
             .spawn()
