@@ -12,7 +12,8 @@
 //! * [`store`]: [`CheckpointStore`] (in memory, local directory, S3) and
 //!   [`CheckpointPaths`], the owner of every object name;
 //! * [`metadata`], [`protocol`]: the metadata and the pure checkpoint state machine;
-//! * [`retention`]: keep the last k checkpoints, savepoints.
+//! * [`retention`]: keep the last k checkpoints, savepoints;
+//! * [`runs`]: which run owns the storage now (a newer run's claim fences older ones).
 //!
 //! # Example
 //!
@@ -60,6 +61,7 @@ pub mod lineage;
 pub mod metadata;
 pub mod protocol;
 pub mod retention;
+pub mod runs;
 pub mod state;
 pub mod store;
 

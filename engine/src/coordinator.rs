@@ -10,7 +10,7 @@ use crate::config::CheckpointConfig;
 use crate::job::{now_ms, CheckpointStats, JobView, TaskCheckpointStats};
 use crate::runtime::task::CheckpointAck;
 use crate::types::{CheckpointBarrier, CheckpointId};
-use crate::{Error, Result};
+use crate::{Error, Result, RunFence};
 use caudal_checkpoints::metadata::checkpoint_dirs;
 use caudal_checkpoints::{
     apply_retention, complete_checkpoint, AckOutcome, CheckpointKind, CheckpointPaths, CheckpointStore,
@@ -79,6 +79,8 @@ pub(crate) struct Coordinator {
     pub(crate) last_completed: Option<CheckpointId>,
     /// This run and its restore points, recorded in every checkpoint it completes.
     lineage: Lineage,
+    /// Whether this run still owns the storage (checked before every metadata write).
+    fence: RunFence,
     /// The checkpoint requested by a stop, and whether it completed.
     final_checkpoint: Option<CheckpointId>,
     /// The checkpoint in flight for a requested savepoint, and the savepoint's name.
@@ -164,6 +166,7 @@ impl Coordinator {
             storage: store.location(),
         });
         view.set_checkpointing(true);
+        let fence = RunFence::new(store.clone(), paths.clone(), &lineage.run);
         Ok(Coordinator {
             store,
             paths,
@@ -176,6 +179,7 @@ impl Coordinator {
             last_end: Instant::now(),
             acks,
             last_completed: restored,
+            fence,
             lineage,
             final_checkpoint: None,
             savepoint: None,
@@ -320,6 +324,17 @@ impl Coordinator {
         let Some(mut f) = self.in_flight.take() else { return Ok(()) };
         let id = f.pending.id();
         crate::crash::point(crate::crash::BEFORE_METADATA, id);
+        // A newer run restored meanwhile (this one was frozen or cut off): its checkpoint
+        // must not complete, or this run's sinks would commit what the newer run writes again.
+        match self.fence.check(&format!("completing checkpoint {}", id.0)) {
+            Ok(()) => {}
+            Err(e @ Error::Superseded(_)) => return Err(e),
+            Err(e) => {
+                self.in_flight = Some(f);
+                self.fail(view, format!("reading the runs' claims: {e}"));
+                return Ok(());
+            }
+        }
         match complete_checkpoint(
             self.store.as_ref(),
             &self.paths,

@@ -118,6 +118,11 @@ pub enum Error {
     /// replays it (retryable).
     #[error("{0}")]
     CheckpointsFailed(String),
+    /// A newer run of the job claimed its checkpoint storage (a restart elsewhere, a
+    /// second process on the same directory): this run completes no checkpoint and begins
+    /// no transaction any more. Not retried — the newer run goes on.
+    #[error("{0}")]
+    Superseded(String),
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,
@@ -161,6 +166,7 @@ impl Error {
             | Error::CorruptState(_)
             | Error::BadRecord(_)
             | Error::OutputLost(_)
+            | Error::Superseded(_)
             | Error::Internal(_) => false,
             Error::Panic { .. }
             | Error::Io { .. }

@@ -59,7 +59,7 @@ pub use job::{
     CheckpointSettings, JobStatus, JobView, SavepointRefused, SavepointRequest, TaskCheckpointStats,
 };
 pub use operator::{new_attempt_id, LaterSnapshot, Operator, OperatorContext, Sink, StateBrowse};
-pub use run::{JobResult, ProgressFn};
+pub use run::{JobResult, ProgressFn, RunFence};
 pub use source::{
     RateLimited, Source, SourceContext, SourceOutput, SourcePoll, SourceReader, WatermarkStrategy,
 };

@@ -51,6 +51,10 @@ pub struct OperatorContext {
     /// after the job went on), newest first: a sink that cannot commit a restored
     /// transaction again finds there whether such a run committed it.
     pub later_snapshots: Vec<LaterSnapshot>,
+    /// Whether this run still owns the job's checkpoint storage (`None` when the job keeps
+    /// no checkpoints): a sink checks it before it begins output under a name a newer
+    /// run's restore could not know yet.
+    pub fence: Option<crate::RunFence>,
     /// The keyed state of a keyed operator (its input is partitioned by `key_by`).
     pub(crate) keyed: Option<KeyedState>,
     /// The state browser's queries for this subtask (keyed operators of embedded jobs).
@@ -103,6 +107,7 @@ impl OperatorContext {
             attempt: new_attempt_id(),
             restored: None,
             later_snapshots: Vec::new(),
+            fence: None,
             keyed: None,
             state_queries: None,
         }

@@ -77,6 +77,8 @@ fn load_restore(
 
 /// Opens the job's checkpoint storage and reads what to restore (announced on stderr, with
 /// the during-restore crash point): the first step of every process that runs subtasks.
+/// With `claim_for`, run `claim_for` claims the storage first (embedded runs; a job
+/// manager claims for its executors), so it restores whatever an earlier run completed.
 ///
 /// A checkpoint that does not fit `plan` fails here, before any record is processed: one
 /// taken with another `max_parallelism` (its key groups cannot be remapped), or one holding
@@ -84,9 +86,13 @@ fn load_restore(
 pub(crate) fn open_and_load_restore(
     config: &CheckpointConfig,
     plan: &JobPlan,
+    claim_for: Option<&str>,
 ) -> Result<(Arc<dyn CheckpointStore>, CheckpointPaths, RestoredState)> {
     let job = plan.job.as_str();
     let (store, paths) = open_store(config, job)?;
+    if let Some(run) = claim_for {
+        crate::RunFence::new(store.clone(), paths.clone(), run).claim()?;
+    }
     let meta = load_restore(config, store.as_ref(), &paths, job)?;
     if let Some(m) = &meta {
         check_fits(m, plan, config.allow_non_restored_state)?;

@@ -95,6 +95,7 @@ impl<O: crate::Operator> OperatorHarness<O> {
             attempt: crate::operator::new_attempt_id(),
             restored: None,
             later_snapshots: Vec::new(),
+            fence: None,
             keyed: Some(crate::state::KeyedState::heap(caudal_checkpoints::KeyGroupRange::all(
                 crate::keygroup::DEFAULT_MAX_PARALLELISM as u16,
             ))),

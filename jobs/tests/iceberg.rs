@@ -726,3 +726,34 @@ fn in_a_cluster_with_a_task_manager_killed_the_lake_is_exact() {
     c.kill_a_task_manager_of("temperature", "tm-3", 2, 120);
     assert_lake_equals_model(&lake, "a task manager killed", &c.logs());
 }
+
+/// A local warehouse that the hosts of a cluster do not share (#43) fails the job at start,
+/// naming it, with no restart: the second task manager sees a private, empty directory
+/// there (a tmpfs over it in a mount namespace of its own), as a host with a disk of its own
+/// would. Without the check, its writer could not read the table's metadata the other wrote
+/// and the job restarted until its cap, naming a missing file.
+#[test]
+fn a_local_warehouse_the_hosts_do_not_share_fails_the_job_naming_it() {
+    use cluster_support::{status, Cluster};
+    let d = dirs();
+    let warehouse = d.tmp.path().join("warehouse");
+    let Some(lake) = Lake::local(&warehouse) else { return };
+    let mut args = lake.args(base_args(&d.out, &d.ckpt, 2));
+    for flag in ["--checkpoint-dir", "--state-dir"] {
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args.drain(at..at + 2);
+    }
+    let mut c = Cluster::start_with(&[], None, &lake.env);
+    c.start_taskmanager("tm-1", 1);
+    c.start_taskmanager_with_a_private("tm-2", 1, &warehouse);
+    c.wait_for_task_managers(2);
+    let o = c.submit(2, &args);
+    assert!(o.status.success(), "submit failed: {}{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let failed = c.wait_job("temperature", 90, "FAILED", |j| status(j) == "FAILED");
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&warehouse.display().to_string()) && detail.contains("is not shared by the hosts"),
+        "{failed:#}"
+    );
+    assert_eq!(failed["restarts"].as_u64(), Some(0), "{failed:#}");
+}

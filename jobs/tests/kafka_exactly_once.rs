@@ -9,6 +9,8 @@
 //! without them the tests say so and pass, unless `CAUDAL_REQUIRE_STACK` is set.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/frozen.rs"]
+mod frozen;
 mod kafka_support;
 
 use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
@@ -297,6 +299,45 @@ fn crash_during_restore_before_the_pending_commit() {
     assert!(!status.success() && err.contains("crash point"), "the restore did not crash: {err}");
     finish(&stack, &run);
     assert_equals_clean(&stack, &run, "during-restore");
+}
+
+/// A real zombie (#43): the run freezes itself (SIGSTOP) with records of epoch 3 in its open
+/// transactions; a second run claims the job's checkpoint storage, restores checkpoint 2 —
+/// fencing every transactional id the frozen run used, which aborts its transactions — and
+/// finishes. Resumed, the frozen run stops: its producers are fenced, and a producer it
+/// makes for an id nobody used yet finds the newer claim before any transaction begins on
+/// it, so nothing it does stays open for read_committed readers to wait on. The output
+/// equals the clean run's.
+#[test]
+fn a_frozen_run_resumed_after_its_successor_restored_stops_and_leaves_nothing_open() {
+    let Some(stack) = stack() else { return };
+    clean(&stack);
+    let mut run = new_run(&stack, "zombie");
+    run.max_rate = Some("20000");
+    run.env = vec![("CAUDAL__TEST_FREEZE_AT", "before-sink-barrier:3")];
+    let zombie = spawn(&stack, &run, false, None);
+    let frozen = frozen::Frozen::wait_for(zombie.id(), 60, "before-sink-barrier:3");
+    run.env.clear();
+    run.max_rate = None;
+    let restored = finish(&stack, &run);
+    assert!(
+        restored.contains("left open by an earlier run"),
+        "the frozen run's transactions were not aborted: {restored}"
+    );
+    frozen.resume();
+    let (status, err) = wait(zombie);
+    assert!(err.contains("freeze point before-sink-barrier at checkpoint 3"), "frozen elsewhere:\n{err}");
+    assert!(!status.success(), "the resumed zombie must stop:\n{err}");
+    let err_lower = err.to_lowercase();
+    assert!(
+        err_lower.contains("fenced") || err_lower.contains("is superseded"),
+        "the zombie stopped for another reason:\n{err}"
+    );
+    assert!(
+        fence_open_transactions(&stack, &run.readings).is_empty(),
+        "the zombie left transactions open:\n{err}"
+    );
+    assert_equals_clean(&stack, &run, "a frozen run resumed after its successor restored");
 }
 
 /// Crashed inside the restore's own commit (#12): killed after checkpoint 3's metadata is

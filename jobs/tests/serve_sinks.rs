@@ -1103,53 +1103,59 @@ fn wait_within(child: Child, secs: u64, what: &str) -> (ExitStatus, String) {
 /// files are what the clean run wrote, each row written once.
 #[test]
 fn a_frozen_run_resumed_after_its_successor_restored_is_fenced_and_holds_nothing_back() {
+    zombie_resumed_after_its_successor(
+        "before-sink-barrier:3",
+        Some("session(s) of earlier runs (fenced)"),
+        "fenced",
+    );
+}
+
+/// A zombie past its sinks' pre-commit (#43): frozen with every sink's epoch 3 prepared —
+/// PostgreSQL transactions prepared, archive files written in progress, Redis writes held —
+/// just before its coordinator writes checkpoint 3's metadata. Its successor claims the
+/// job's checkpoint storage, restores checkpoint 2 and finishes. Resumed, the zombie finds
+/// the newer claim before the metadata write and stops: checkpoint 3 never completes in it,
+/// so none of its sinks commits what the successor wrote again.
+#[test]
+fn a_run_frozen_before_its_checkpoint_completed_is_superseded_and_commits_nothing() {
+    zombie_resumed_after_its_successor("before-metadata:3", None, "is superseded");
+}
+
+/// Freezes a run at `point`, lets a successor restore and finish, resumes the frozen run and
+/// checks that it stopped with `zombie_stops_with` and that every sink holds what the clean
+/// run wrote, each row written once.
+fn zombie_resumed_after_its_successor(point: &str, successor_says: Option<&str>, zombie_stops_with: &str) {
     let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
         return;
     };
     let want = clean(&pg, &redis);
     let mut t = Target::new("zombie", &pg, &redis);
     t.extra = vec!["--sink".into(), "discard".into()];
-    t.env = vec![("CAUDAL__TEST_FREEZE_AT".into(), "before-sink-barrier:3".into())];
+    t.env = vec![("CAUDAL__TEST_FREEZE_AT".into(), point.into())];
     t.log_writes();
     let redis_writes = RedisWrites::watch(&redis, &t.prefix);
     let zombie = t.spawn(false);
-    let pid = zombie.id();
-    // Should the test fail half-way, the frozen run must not outlive it.
-    struct KillOnDrop(u32);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
-        }
-    }
-    let _guard = KillOnDrop(pid);
-    let frozen = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !frozen() {
-        assert!(Instant::now() < deadline, "the run did not freeze at before-sink-barrier:3 within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let frozen = common::frozen::Frozen::wait_for(zombie.id(), 60, point);
     assert!(t.has_checkpoint(), "frozen before any checkpoint completed");
 
     t.env.clear();
     let (status, err) = wait_within(t.spawn(true), 120, "the successor of a frozen run");
     assert!(status.success(), "the successor failed ({status}):\n{err}");
-    assert!(
-        err.contains("session(s) of earlier runs (fenced)"),
-        "no session of the frozen run was ended:\n{err}"
-    );
+    if let Some(says) = successor_says {
+        assert!(err.contains(says), "the successor did not say `{says}`:\n{err}");
+    }
 
-    cluster_support::Cluster::signal(&[pid], "CONT");
+    frozen.resume();
     let (status, err) = wait_within(zombie, 60, "the resumed zombie");
-    assert!(err.contains("freeze point before-sink-barrier at checkpoint 3"), "frozen elsewhere:\n{err}");
-    assert!(!status.success(), "the resumed zombie must stop, fenced:\n{err}");
-    assert!(err.contains("fenced"), "the zombie stopped for another reason:\n{err}");
+    let (name, checkpoint) = point.split_once(':').unwrap();
+    let froze = format!("freeze point {name} at checkpoint {checkpoint}");
+    assert!(err.contains(&froze), "frozen elsewhere:\n{err}");
+    assert!(!status.success(), "the resumed zombie must stop:\n{err}");
+    assert!(err.contains(zombie_stops_with), "the zombie stopped for another reason:\n{err}");
 
     let got = t.results();
     t.assert_each_row_written_once(&got, "a zombie resumed");
     redis_writes.assert_each_written_once("a zombie resumed");
     t.cleanup();
-    assert_same(&got, want, "a frozen run resumed after its successor restored");
+    assert_same(&got, want, &format!("a run frozen at {point} resumed after its successor restored"));
 }

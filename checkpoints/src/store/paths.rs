@@ -6,6 +6,7 @@
 //! shared/<backend-instance>/<n>-<sst>        immutable SST files, shared by checkpoints
 //! savepoints/<name>/_metadata                a self-contained savepoint ...
 //! savepoints/<name>/<original object name>   ... with copies of all its files
+//! _runs/<seq>-<run>                          claims: the newest run owns the storage
 //! ```
 
 use crate::ids::{CheckpointId, OperatorId, SubtaskIndex};
@@ -86,6 +87,23 @@ impl CheckpointPaths {
             first_checkpoint: CheckpointId(n.parse().ok()?),
             sst: sst.to_string(),
         })
+    }
+
+    /// `_runs`: the runs' claims of the storage ([`crate::runs`]).
+    pub fn runs_dir(&self) -> String {
+        format!("{}_runs", self.root)
+    }
+
+    /// `_runs/<seq>-<run>` (`seq` zero-padded, so names sort in claim order).
+    pub fn run_claim(&self, seq: u64, run: &str) -> String {
+        format!("{}_runs/{seq:020}-{run}", self.root)
+    }
+
+    /// A claim's file name (without directory) back into its parts.
+    pub fn parse_run_claim(name: &str) -> Option<crate::runs::RunClaim> {
+        let (seq, run) = name.split_once('-')?;
+        (seq.len() == 20 && !run.is_empty())
+            .then(|| Some(crate::runs::RunClaim { seq: seq.parse().ok()?, run: run.to_string() }))?
     }
 
     /// `savepoints`
@@ -185,5 +203,9 @@ mod tests {
         assert_eq!(CheckpointPaths::parse_checkpoint_dir("chk-1x"), None);
         assert_eq!(p.savepoint_copy("sp", &s).unwrap(), "job1/savepoints/sp/shared/abc/12-000007.sst");
         assert!(p.savepoint_dir("../x").is_err());
+        let claim = p.run_claim(7, "a1-b");
+        assert_eq!(claim, "job1/_runs/00000000000000000007-a1-b");
+        let parsed = CheckpointPaths::parse_run_claim(claim.rsplit('/').next().unwrap()).unwrap();
+        assert_eq!((parsed.seq, parsed.run.as_str()), (7, "a1-b"));
     }
 }

@@ -12,7 +12,10 @@
 //! of other processes; it shares the [`StopRule`] and talks to the coordinator through the
 //! same [`Participants`] trait the tasks of this process implement here.
 
+mod fence;
 pub(crate) mod local;
+
+pub use fence::RunFence;
 
 use crate::config::JobConfig;
 use crate::coordinator::{Coordinator, Participants, Tick};
@@ -101,16 +104,20 @@ impl Run {
         let started = Instant::now();
         let graph = parts.graph.borrow();
         let compiled = compile(&graph, config, job_name)?;
+        // Every run is one of its own, even a restore in the same process.
+        let attempt = attempt.filter(|a| !a.is_empty()).unwrap_or_else(crate::operator::new_attempt_id);
         let (storage, restored) = if config.checkpoints.enabled() {
-            let (store, paths, restored) = open_and_load_restore(&config.checkpoints, &compiled.plan)?;
+            // Embedded, the run claims its storage before it picks what to restore (in a
+            // cluster, the job manager claims for the attempt before it deploys it).
+            let claim = remote.is_none().then_some(attempt.as_str());
+            let (store, paths, restored) = open_and_load_restore(&config.checkpoints, &compiled.plan, claim)?;
             (Some((store, paths)), restored)
         } else {
             (None, RestoredState::default())
         };
         let state_dir = LocalStateDir::create(config.state_dir.as_deref(), job_name)?;
         let state = JobStateEnv {
-            // Every run is one of its own, even a restore in the same process.
-            attempt: attempt.filter(|a| !a.is_empty()).unwrap_or_else(crate::operator::new_attempt_id),
+            attempt,
             config: config.state.clone(),
             dir: state_dir.path().to_path_buf(),
             paths: storage.as_ref().map_or_else(|| CheckpointPaths::under(job_name), |(_, p)| p.clone()),

@@ -387,6 +387,9 @@ impl ChainBuilder<'_> {
                 .get(&self.compiled.plan.operators[n].uid)
                 .cloned()
                 .unwrap_or_default(),
+            fence: self.state.store.as_ref().map(|store| {
+                crate::RunFence::new(store.clone(), self.state.paths.clone(), &self.state.attempt)
+            }),
             keyed,
             state_queries,
         };

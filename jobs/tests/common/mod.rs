@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod faulty_link;
+pub mod frozen;
 pub mod oracle;
 pub mod s3;
 

@@ -12,6 +12,7 @@
 use super::config::IcebergConfig;
 use super::schema::{BatchEncoder, RecordLayout};
 use super::table::TableClient;
+use crate::sinks::shared_dir::SharedDir;
 use caudal::types::MAX_WATERMARK;
 use caudal::{Batch, CheckpointId, Data, Error, Operator, OperatorContext, Record, Result};
 use caudal_schemas::AvroRecord;
@@ -50,6 +51,9 @@ pub struct DataFiles {
     #[serde(default)]
     pub bytes: u64,
 }
+
+/// How long a writer waits at start for the other writers' markers in a local warehouse.
+const SHARED_WAREHOUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 type Builder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
@@ -221,6 +225,18 @@ impl<R: AvroRecord + Data> Operator for IcebergWriter<R> {
         self.checkpointing = ctx.checkpointing;
         self.prefix =
             format!("{}{}.{}.", file_prefix(&ctx.job_name, &self.sink), name_part(&ctx.attempt), ctx.subtask);
+        // A local warehouse must be one directory for every host of a cluster: each writer
+        // reads the table's metadata that the first one wrote, the committer lists their files.
+        if let Some(dir) = self.config.warehouse_uri()?.strip_prefix("file://") {
+            let dir = std::path::Path::new(dir);
+            let markers = dir.join(".caudal-subtasks").join(format!(
+                "{}.{}",
+                name_part(&ctx.job_name),
+                name_part(&self.sink)
+            ));
+            SharedDir::announce_in(dir, &markers, ctx)?
+                .wait_for_all("iceberg.warehouse", SHARED_WAREHOUSE_WAIT)?;
+        }
         let layout = RecordLayout::of::<R>().map_err(|e| Error::config("iceberg record type", e))?;
         let retries = ctx.metrics.counter(caudal::metrics::names::SINK_RETRIES);
         let mut client = TableClient::new(&self.config, self.what.clone(), retries)?;

@@ -2,7 +2,7 @@
 
 mod discard;
 mod file;
-mod shared_dir;
+pub(crate) mod shared_dir;
 mod stdout;
 
 pub use discard::DiscardSink;

@@ -8,12 +8,15 @@
 
 use caudal::{Error, OperatorContext, Result};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 const MARKERS: &str = ".subtasks";
 
 /// One subtask's marker and check.
 #[derive(Debug)]
 pub(crate) struct SharedDir {
+    /// The directory the sink writes (named in the error).
+    dir: PathBuf,
     markers: PathBuf,
     subtask: u32,
     parallelism: u32,
@@ -25,9 +28,15 @@ impl SharedDir {
     /// Writes this subtask's marker under `dir` (a sink with one subtask has nothing to
     /// check).
     pub(crate) fn announce(dir: &Path, ctx: &OperatorContext) -> Result<Self> {
-        let markers = dir.join(MARKERS);
+        Self::announce_in(dir, &dir.join(MARKERS), ctx)
+    }
+
+    /// As [`Self::announce`], with the markers in `markers` (a folder of `dir` of this sink's
+    /// own, where several sinks write into one directory).
+    pub(crate) fn announce_in(dir: &Path, markers: &Path, ctx: &OperatorContext) -> Result<Self> {
         let shared = SharedDir {
-            markers,
+            dir: dir.to_path_buf(),
+            markers: markers.to_path_buf(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             attempt: ctx.attempt.clone(),
@@ -47,28 +56,54 @@ impl SharedDir {
         if self.checked {
             return Ok(());
         }
-        let unseen: Vec<u32> = (0..self.parallelism)
+        let unseen = self.unseen();
+        if !unseen.is_empty() {
+            return Err(self.not_shared(what, &unseen));
+        }
+        self.checked = true;
+        Ok(())
+    }
+
+    /// Right after every subtask announced (at start): waits up to `wait` for the markers of
+    /// all the others, then fails as [`Self::check_once`] does — for a sink whose subtasks
+    /// read what the others wrote before any checkpoint (a table's metadata).
+    pub(crate) fn wait_for_all(&mut self, what: &str, wait: Duration) -> Result<()> {
+        let deadline = Instant::now() + wait;
+        while !self.checked {
+            let unseen = self.unseen();
+            if unseen.is_empty() {
+                self.checked = true;
+            } else if Instant::now() >= deadline {
+                return Err(self.not_shared(what, &unseen));
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// The subtasks of this run whose markers this subtask cannot see.
+    fn unseen(&self) -> Vec<u32> {
+        (0..self.parallelism)
             .filter(|s| {
                 std::fs::read_to_string(self.markers.join(s.to_string())).ok().as_deref()
                     != Some(&self.attempt)
             })
-            .collect();
-        if !unseen.is_empty() {
-            let dir = self.markers.parent().unwrap_or(&self.markers);
-            return Err(Error::config(
-                what,
-                format!(
-                    "{} is not shared by the hosts of this job: subtask {} cannot see what subtask(s) {unseen:?} \
-                     of the same run wrote there. In a cluster a file-based sink needs storage every task \
-                     manager shares (NFS, a shared volume), or write to object storage (the archive sink, an \
-                     s3:// warehouse)",
-                    dir.display(),
-                    self.subtask
-                ),
-            ));
-        }
-        self.checked = true;
-        Ok(())
+            .collect()
+    }
+
+    fn not_shared(&self, what: &str, unseen: &[u32]) -> Error {
+        Error::config(
+            what,
+            format!(
+                "{} is not shared by the hosts of this job: subtask {} cannot see what subtask(s) {unseen:?} \
+                 of the same run wrote there. In a cluster a file-based sink needs storage every task \
+                 manager shares (NFS, a shared volume), or write to object storage (the archive sink, an \
+                 s3:// warehouse)",
+                self.dir.display(),
+                self.subtask
+            ),
+        )
     }
 }
 

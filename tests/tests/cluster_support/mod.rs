@@ -217,6 +217,18 @@ impl Cluster {
         self.start_taskmanager_cmd(cmd, &self.url(), name, slots, &[])
     }
 
+    /// A task manager (and its executors) for which `dir` is a private, empty directory: a
+    /// tmpfs mounted over it in a mount namespace of its own (`unshare -m`, as root), as on a
+    /// host whose disk holds a directory of the same name that no other host sees.
+    pub fn start_taskmanager_with_a_private(&mut self, name: &str, slots: u32, dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c", "mount -t tmpfs caudal-private \"$0\" && exec \"$@\""])
+            .arg(dir)
+            .arg(caudal());
+        self.start_taskmanager_cmd(cmd, &self.url(), name, slots, &[])
+    }
+
     fn start_taskmanager_cmd(
         &mut self,
         mut cmd: Command,

@@ -276,6 +276,9 @@ impl Attempt<'_> {
             .and_then(|r| r.rsplit('/').next())
             .and_then(caudal_checkpoints::CheckpointPaths::parse_checkpoint_dir);
         self.last_completed = self.restored;
+        if let Err(o) = self.claim_storage() {
+            return o;
+        }
         let peers: Vec<Peer> = self
             .execs
             .iter()
@@ -296,6 +299,20 @@ impl Attempt<'_> {
             }
         }
         self.run_deployed()
+    }
+
+    /// Claims the job's checkpoint storage for this attempt before its executors restore,
+    /// where the attempt checkpoints (as [`Self::coordinator`]): executors of earlier
+    /// attempts that still live find the claim before they begin output a restore would not
+    /// know (`crate::RunFence`).
+    fn claim_storage(&self) -> Result<(), Outcome> {
+        let checkpoints = self.job.doc.checkpoint_config(&self.cluster.config);
+        if checkpoints.interval.is_none() && self.restored.is_none() {
+            return Ok(());
+        }
+        open_store(&checkpoints, &self.job.name())
+            .and_then(|(store, paths)| crate::RunFence::new(store, paths, &self.attempt_id).claim())
+            .map_err(|e| failed(format!("claiming the checkpoint storage: {e}")))
     }
 
     /// The attempt's checkpoint coordinator, reading the executors' acks from `acks`. As

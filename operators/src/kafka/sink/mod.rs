@@ -166,6 +166,7 @@ impl<T: Data> Sink for KafkaSink<T> {
                 );
                 txns.reserve(reserved, restored.unwrap_or(0));
                 txns.set_checkpoint_timing(ctx.checkpoint_timing);
+                txns.set_fence(ctx.fence.clone());
                 Mode::Transactional(Box::new(txns))
             }
             DeliveryGuarantee::AtLeastOnce | DeliveryGuarantee::None => Mode::Plain(SinkProducer::create(

@@ -24,7 +24,7 @@ use super::producer::{BrokerStats, SinkProducer};
 use super::recovery::MAX_PROBED_IDS;
 use crate::kafka::txn_coordinator::TxnCoordinatorClient;
 use caudal::metrics::{kafka_txn_gauges as g, SubtaskMetrics};
-use caudal::{crash, CheckpointId, Error, Result};
+use caudal::{crash, CheckpointId, Error, Result, RunFence};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::Producer;
@@ -136,6 +136,8 @@ pub(crate) struct Transactions {
     ahead: Option<(u32, std::thread::JoinHandle<Result<TxnProducer>>)>,
     /// What the pool's producers see of the brokers (one set of gauges for the subtask).
     stats: Arc<BrokerStats>,
+    /// Whether this run still owns the job's storage (checked for every new producer).
+    fence: Option<RunFence>,
 }
 
 /// What making a producer needs, off the task thread.
@@ -146,6 +148,7 @@ struct ProducerMaker {
     id_prefix: String,
     metrics: Arc<SubtaskMetrics>,
     stats: Arc<BrokerStats>,
+    fence: Option<RunFence>,
 }
 
 impl Transactions {
@@ -171,7 +174,14 @@ impl Transactions {
             stats: BrokerStats::new(metrics.clone()),
             metrics,
             ahead: None,
+            fence: None,
         }
+    }
+
+    /// The run's fence (`OperatorContext::fence`): a producer made for a new transactional
+    /// id is used only once the fence says no newer run claimed the job's storage.
+    pub(crate) fn set_fence(&mut self, fence: Option<RunFence>) {
+        self.fence = fence;
     }
 
     /// The checkpoint interval and timeout of the job (`OperatorContext::checkpoint_timing`).
@@ -490,6 +500,7 @@ impl Transactions {
             id_prefix: self.id_prefix.clone(),
             metrics: self.metrics.clone(),
             stats: self.stats.clone(),
+            fence: self.fence.clone(),
         }
     }
 
@@ -564,6 +575,12 @@ impl ProducerMaker {
                     "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
                 ))
             })?;
+        // Checked after init_transactions, not before: a newer run that claimed later
+        // restores later, finds this id in use and fences it; one that claimed earlier is
+        // seen here, and no transaction begins on the id.
+        if let Some(fence) = &self.fence {
+            fence.check(&format!("beginning transactions on `{transactional_id}`"))?;
+        }
         tracing::debug!(
             ms = started.elapsed().as_millis() as u64,
             "kafka sink `{}`: producer `{transactional_id}` ready (init_transactions)",
