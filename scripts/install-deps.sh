@@ -33,12 +33,14 @@ BUILD_PKGS=(
   "g++:C++ build of RocksDB"
   "make:librdkafka's build"
   "pkg-config:native library discovery"
+  "libssl-dev:librdkafka's TLS and SASL SCRAM (secured Kafka clusters)"
 )
 # The test set adds the services and tools of the test stack.
 TEST_PKGS=(
   "clang:bindgen / C++ build of RocksDB"
   "cmake:native builds (rdkafka-sys, zstd)"
   "curl:health checks and scripts"
+  "openssl:the test stack's CA and certificates (secured Kafka, registry, PostgreSQL, Redis)"
   "redis-server:Redis sink tests (scripts/services.sh)"
   "chromium:web UI tests in a real browser"
   "chromium-driver:WebDriver for the web UI tests"

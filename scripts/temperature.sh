@@ -6,7 +6,8 @@
 #
 # On a fresh Debian machine with only Rust installed it first installs, from Debian's
 # packages, the little the build needs that Rust does not bring (libclang for RocksDB's
-# bindings; see scripts/install-deps.sh --build), then builds in release mode and runs
+# bindings, libssl-dev for librdkafka's TLS; see scripts/install-deps.sh --build), then
+# builds in release mode and runs
 # `target/release/temperature` with the flags given. Nothing of the test stack is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -186,6 +186,8 @@ pub enum LimitsInput {
     Kafka {
         /// `host:port[,…]`.
         brokers: String,
+        /// The consumer's librdkafka properties (connection and security settings included).
+        properties: Vec<(String, String)>,
         /// The topic.
         topic: String,
         /// Where records that are not changes go.
@@ -497,8 +499,9 @@ impl TemperatureJob {
                 );
                 Ok(changes)
             }
-            LimitsInput::Kafka { brokers, topic, dead_letter_topic } => {
-                let config = KafkaSourceConfig::new(brokers, topic).bounded(read_to_end);
+            LimitsInput::Kafka { brokers, properties, topic, dead_letter_topic } => {
+                let mut config = KafkaSourceConfig::new(brokers, topic).bounded(read_to_end);
+                config.properties = properties.clone();
                 let watermarks =
                     WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |c: &LimitChange| c.from_ts)
                         .with_idleness(CONTROL_IDLENESS);
@@ -513,7 +516,12 @@ impl TemperatureJob {
                 let source = config.build(with_dead_letters(JsonDecoder::factory::<LimitChange>()))?;
                 let read = control_source(env, source, watermarks.lift(Decoded::record), end);
                 let (changes, letters) = split_dead_letters(read, names::LIMITS_DEAD_LETTER_SPLIT);
-                self.dead_letter_sink(letters, names::LIMITS_DEAD_LETTERS_SINK, (brokers, &[]), dead_letters);
+                self.dead_letter_sink(
+                    letters,
+                    names::LIMITS_DEAD_LETTERS_SINK,
+                    (brokers, properties),
+                    dead_letters,
+                );
                 Ok(changes)
             }
         }

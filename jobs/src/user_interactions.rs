@@ -136,9 +136,10 @@ pub fn interaction(seed: u64, users: u64, n: u64, start_ms: i64, interval_ms: i6
     }
 }
 
-/// Writes `records` interactions into `topic` (Avro, keyed by user, idempotent producer).
+/// Writes `records` interactions into `topic` on `brokers` with the producer `properties`
+/// (Avro, keyed by user, idempotent producer).
 pub fn produce(
-    brokers: &str,
+    (brokers, properties): (&str, &[(String, String)]),
     schema_registry: &str,
     topic: &str,
     (users, records, seed): (u64, u64, u64),
@@ -146,7 +147,8 @@ pub fn produce(
 ) -> Result<caudal::JobResult> {
     let start_ms = caudal_operators::generator::DEFAULT_BOUNDED_START_MS;
     let env = StreamEnv::with_config(config);
-    let sink = KafkaSinkConfig::new(brokers, topic).delivery(DeliveryGuarantee::AtLeastOnce);
+    let mut sink = KafkaSinkConfig::new(brokers, topic).delivery(DeliveryGuarantee::AtLeastOnce);
+    sink.properties = properties.to_vec();
     let registry = schema_registry.to_owned();
     env.from_iter("interactions", (0..records).map(|n| interaction(seed, users, n, start_ms, 100))).sink(
         "kafka-producer",

@@ -15,7 +15,7 @@ mod kafka_support;
 
 use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
 use kafka_support::{
-    committed_offsets, create_topic, end_offsets, oracle, read_committed, stack, unique, Stack,
+    committed_offsets, create_topic, end_offsets, oracle, read_committed, secure_kafka, stack, unique, Stack,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
@@ -67,6 +67,8 @@ struct Run {
     windows: String,
     alerts: String,
     ckpt: tempfile::TempDir,
+    /// Over the broker's SASL_SSL listener, with this client configuration (`--kafka-config`).
+    secure: Option<(String, std::path::PathBuf)>,
 }
 
 fn new_run(stack: &Stack, name: &str) -> Run {
@@ -81,6 +83,7 @@ fn new_run(stack: &Stack, name: &str) -> Run {
         windows: unique(&format!("{name}-windows")),
         alerts: unique(&format!("{name}-alerts")),
         ckpt: tempfile::tempdir().unwrap(),
+        secure: None,
     };
     create_topic(stack, &run.readings, 2);
     create_topic(stack, &run.windows, 2);
@@ -90,9 +93,13 @@ fn new_run(stack: &Stack, name: &str) -> Run {
 
 fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
+    let brokers = run.secure.as_ref().map_or(stack.brokers.as_str(), |(b, _)| b.as_str());
+    if let Some((_, config)) = &run.secure {
+        cmd.arg("--kafka-config").arg(config);
+    }
     cmd.args(["--source", "kafka", "--input-topic", &run.input, "--bounded"])
         .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
-        .args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry])
+        .args(["--brokers", brokers, "--schema-registry", &stack.registry])
         .args([
             "--window-secs",
             "10",
@@ -338,6 +345,60 @@ fn a_frozen_run_resumed_after_its_successor_restored_stops_and_leaves_nothing_op
         "the zombie left transactions open:\n{err}"
     );
     assert_equals_clean(&stack, &run, "a frozen run resumed after its successor restored");
+}
+
+/// A secured platform (#44): every connection of the job over the broker's SASL_SSL
+/// listener (SCRAM-SHA-512, the stack's CA) from one `--kafka-config` file. Killed after
+/// checkpoint 3 completed, before its commit: the restore commits the pending transactions
+/// through Caudal's own coordinator client — over TLS, authenticated — and the output
+/// equals the clean run's.
+#[test]
+fn over_sasl_ssl_the_restore_recommits_what_a_crash_in_the_commit_window_left() {
+    let Some(stack) = stack() else { return };
+    let Some(secure) = secure_kafka() else { return };
+    clean(&stack);
+    let mut run = new_run(&stack, "secure-window");
+    run.secure = Some((secure.brokers, secure.config));
+    let (status, err) = wait(spawn(&stack, &run, false, Some("after-metadata-before-notify:3")));
+    assert_eq!(status.signal(), Some(9), "not killed after checkpoint 3's metadata: {err}");
+    let restored = finish(&stack, &run);
+    assert!(restored.contains("of checkpoint 3 (producer"), "nothing recommitted: {restored}");
+    assert_equals_clean(&stack, &run, "over SASL_SSL, crashed in the commit window");
+}
+
+/// A wrong SASL password fails the job at start, naming the cause, with nothing written
+/// and no restart (#44).
+#[test]
+fn a_wrong_sasl_password_fails_the_job_at_start_naming_the_cause() {
+    let Some(stack) = stack() else { return };
+    let Some(secure) = secure_kafka() else { return };
+    let run = new_run(&stack, "secure-wrong");
+    let text = std::fs::read_to_string(&secure.config).unwrap();
+    let wrong: String = text
+        .lines()
+        .map(|l| if l.starts_with("sasl.password=") { "sasl.password=not-the-password" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = run.ckpt.path().join("wrong.properties");
+    std::fs::write(&config, wrong).unwrap();
+    let run = Run { secure: Some((secure.brokers, config)), ..run };
+    let started = Instant::now();
+    let child = spawn(&stack, &run, false, None);
+    let pid = child.id();
+    // A job that retries the refusal for ever is killed (and fails the test) after 120 s.
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if watch.recv_timeout(Duration::from_secs(120)).is_err() {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    });
+    let (status, err) = wait(child);
+    let _ = done.send(());
+    assert!(!status.success(), "the job ran with a wrong password:\n{err}");
+    assert!(started.elapsed() < Duration::from_secs(90), "it took {:?} to fail", started.elapsed());
+    assert!(err.contains("authentication failed") || err.contains("Authentication failed"), "{err}");
+    assert!(!err.contains("not-the-password"), "the password was shown:\n{err}");
+    assert_eq!(end_offsets(&stack, &run.readings), [0, 0], "readings were written");
 }
 
 /// Crashed inside the restore's own commit (#12): killed after checkpoint 3's metadata is

@@ -21,4 +21,5 @@ pub mod retry;
 pub mod sinks;
 #[cfg(test)]
 mod test_stack;
+pub mod tls;
 pub mod window;

@@ -72,3 +72,26 @@ fn topics_are_created_sized_and_described_with_their_groups_lag() {
     assert!(text(&o).contains("does not exist"), "{}", text(&o));
     assert_eq!(topic_cli(&brokers, &["create", &name]).status.code(), Some(2));
 }
+
+/// A secured cluster (#44): `--kafka-config` (the stack's SASL_SSL client.properties) takes
+/// `caudal topic` through the SASL_SSL listener; without it the same listener refuses it.
+#[test]
+fn topics_are_created_and_described_over_sasl_ssl_with_a_client_config_file() {
+    let Some([secure, config]) =
+        caudal_test_stack::services(["CAUDAL_KAFKA_SECURE_BROKERS", "CAUDAL_KAFKA_SECURE_CONFIG"])
+    else {
+        return;
+    };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let name = format!("t-topic-cli-secure-{}-{}", std::process::id(), nanos % 1_000_000_000);
+    let o = topic_cli(&secure, &["create", &name, "--partitions", "2", "--kafka-config", &config]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = topic_cli(&secure, &["describe", &name, "--kafka-config", &config]);
+    assert!(o.status.success() && text(&o).contains(&format!("topic {name}: 2 partitions")), "{}", text(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_caudal-topic"))
+        .args(["describe", &name, "--brokers", &secure])
+        .env_remove("CAUDAL_KAFKA_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the SASL_SSL listener answered a plaintext client: {}", text(&o));
+}

@@ -448,7 +448,7 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
         brokers: args.kafka.brokers.clone(),
         schema_registry: args.kafka.schema_registry.clone(),
         topic: args.topic.clone(),
-        properties: args.kafka.producer_properties.clone(),
+        properties: args.kafka.for_producers()?,
     };
     let config = JobConfig { web_bind: None, progress_interval: None, ..JobConfig::default() };
     eprintln!("temperature produce: writing readings to `{}` on {}", args.topic, args.kafka.brokers);
@@ -527,7 +527,7 @@ fn main() -> anyhow::Result<()> {
                 dead_letter_topic: args.dead_letter_topic.clone(),
                 max_bad_records_per_minute: args.max_bad_records_per_minute,
                 max_records_per_second: args.max_records_per_second,
-                properties: args.kafka.consumer_properties.clone(),
+                properties: args.kafka.for_consumers()?,
                 partition_discovery: (args.partition_discovery_secs > 0.0)
                     .then(|| Duration::from_secs_f64(args.partition_discovery_secs)),
                 idleness: Duration::from_secs_f64(args.idleness_secs),
@@ -552,7 +552,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
                 transactional_id_prefix: args.transactional_id_prefix.clone(),
-                properties: args.kafka.producer_properties.clone(),
+                properties: args.kafka.for_producers()?,
             }),
         },
         serve: ServeSinks {
@@ -583,6 +583,7 @@ fn main() -> anyhow::Result<()> {
             }),
             (None, Some(topic)) => Some(LimitsInput::Kafka {
                 brokers: args.kafka.brokers.clone(),
+                properties: args.kafka.for_consumers()?,
                 topic: topic.clone(),
                 dead_letter_topic: args.limits_dead_letter_topic.clone(),
             }),

@@ -87,7 +87,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(Command::Produce { topic, users, records, seed, kafka }) = &args.command {
         let config = JobConfig { web_bind: None, progress_interval: None, ..JobConfig::default() };
         let result = produce(
-            &kafka.brokers,
+            (&kafka.brokers, &kafka.for_producers()?),
             &kafka.schema_registry,
             topic,
             (*users, *records, *seed),
@@ -121,8 +121,8 @@ fn main() -> anyhow::Result<()> {
         window: Duration::from_secs(args.window_secs),
         delivery: DeliveryGuarantee::ExactlyOnce,
         transactional_id_prefix: args.transactional_id_prefix.clone(),
-        consumer_properties: args.kafka.consumer_properties.clone(),
-        producer_properties: args.kafka.producer_properties.clone(),
+        consumer_properties: args.kafka.for_consumers()?,
+        producer_properties: args.kafka.for_producers()?,
     };
     let env = StreamEnv::with_config(config.with_env_overrides()?);
     job.build(&env).context("building the user-interactions job")?;

@@ -28,6 +28,20 @@ pub fn stack() -> Option<Stack> {
     Some(Stack { brokers, registry })
 }
 
+/// The stack broker's SASL_SSL listener (SCRAM-SHA-512, the stack's CA) and the
+/// `client.properties` a client of it needs.
+pub struct SecureKafka {
+    pub brokers: String,
+    pub config: std::path::PathBuf,
+}
+
+/// The secured listener, or `None` (test skipped) when the stack does not run it.
+pub fn secure_kafka() -> Option<SecureKafka> {
+    let [brokers, config] =
+        caudal_test_stack::services(["CAUDAL_KAFKA_SECURE_BROKERS", "CAUDAL_KAFKA_SECURE_CONFIG"])?;
+    Some(SecureKafka { brokers, config: config.into() })
+}
+
 /// A topic name no other run used.
 pub fn unique(what: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();

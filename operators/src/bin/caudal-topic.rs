@@ -12,7 +12,8 @@
 //! partition idles). `describe` shows partitions, leaders, replicas and in-sync replicas,
 //! the topic's non-default configs, low and end offsets, and every consumer group with
 //! committed offsets on the topic, with its lag. `--brokers` (default
-//! `$CAUDAL_KAFKA_BROKERS`, else 127.0.0.1:9092). Exit status 0: done; 1: Kafka refused or
+//! `$CAUDAL_KAFKA_BROKERS`, else 127.0.0.1:9092); `--kafka-config FILE` (default
+//! `$CAUDAL_KAFKA_CONFIG`) and `--kafka-property K=V` as the jobs take them (a secured cluster). Exit status 0: done; 1: Kafka refused or
 //! failed; 2: bad usage.
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -24,7 +25,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: caudal topic create NAME (--partitions N | --target-rate R --per-partition-rate r [--parallelism P]) \
-[--replication R] [--config K=V]... [--brokers B]\n       caudal topic describe NAME [--brokers B]";
+[--replication R] [--config K=V]... [--brokers B] [--kafka-config FILE] [--kafka-property K=V]...\n       \
+caudal topic describe NAME [--brokers B] [--kafka-config FILE] [--kafka-property K=V]...";
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A line of the answer (written out at the end: a closed pipe, as `| head`, is no error).
@@ -40,6 +42,8 @@ struct Args {
     command: String,
     topic: String,
     brokers: String,
+    /// The client properties: `--kafka-config`'s Kafka keys, then `--kafka-property`.
+    kafka: Vec<(String, String)>,
     partitions: Option<i32>,
     replication: i32,
     configs: Vec<(String, String)>,
@@ -66,6 +70,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         brokers: std::env::var("CAUDAL_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into()),
         ..Args::default()
     };
+    let mut config = std::env::var("CAUDAL_KAFKA_CONFIG").ok().filter(|c| !c.is_empty());
+    let mut extra = Vec::new();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--partitions" => a.partitions = Some(number(arg, it.next())?),
@@ -74,6 +80,11 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--per-partition-rate" => a.per_partition_rate = Some(number(arg, it.next())?),
             "--parallelism" => a.parallelism = Some(number(arg, it.next())?),
             "--brokers" => a.brokers = it.next().cloned().ok_or("--brokers needs a value")?,
+            "--kafka-config" => config = Some(it.next().cloned().ok_or("--kafka-config needs a file")?),
+            "--kafka-property" => {
+                let kv = it.next().ok_or("--kafka-property needs KEY=VALUE")?;
+                extra.push(caudal_operators::kafka::properties::parse_property(kv)?);
+            }
             "--config" => {
                 let kv = it.next().ok_or("--config needs KEY=VALUE")?;
                 let (k, v) = kv.split_once('=').ok_or_else(|| format!("--config `{kv}` is not KEY=VALUE"))?;
@@ -87,6 +98,12 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     if a.topic.is_empty() {
         return Err(format!("no topic named\n{USAGE}"));
     }
+    if let Some(path) = config {
+        a.kafka = caudal_operators::kafka::ClientProperties::load(std::path::Path::new(&path))
+            .map_err(|e| e.to_string())?
+            .kafka;
+    }
+    a.kafka.extend(extra);
     let by_rate = a.target_rate.is_some() && a.per_partition_rate.is_some();
     if a.command == "create" && a.partitions.is_some() == by_rate {
         return Err(format!("give --partitions N, or --target-rate and --per-partition-rate\n{USAGE}"));
@@ -107,8 +124,20 @@ fn sized(target: f64, per_partition: f64, parallelism: i32) -> Result<i32, Strin
     Ok((by_rate as i32).max(parallelism).max(1))
 }
 
-fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>, String> {
-    ClientConfig::new().set("bootstrap.servers", brokers).create().map_err(|e| e.to_string())
+impl Args {
+    /// A client of the brokers with the user's properties.
+    fn client(&self) -> ClientConfig {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.kafka {
+            client.set(k, v);
+        }
+        client
+    }
+}
+
+fn admin(a: &Args) -> Result<AdminClient<DefaultClientContext>, String> {
+    a.client().create().map_err(|e| e.to_string())
 }
 
 fn create(a: &Args, out: &mut String) -> Result<(), String> {
@@ -131,7 +160,7 @@ fn create(a: &Args, out: &mut String) -> Result<(), String> {
     for (k, v) in &a.configs {
         topic = topic.set(k, v);
     }
-    let admin = admin(&a.brokers)?;
+    let admin = admin(a)?;
     let results = futures::executor::block_on(
         admin.create_topics(&[topic], &AdminOptions::new().operation_timeout(Some(TIMEOUT))),
     )
@@ -144,8 +173,7 @@ fn create(a: &Args, out: &mut String) -> Result<(), String> {
 }
 
 fn describe(a: &Args, out: &mut String) -> Result<(), String> {
-    let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", &a.brokers).create().map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer = a.client().create().map_err(|e| e.to_string())?;
     let metadata = consumer
         .fetch_metadata(Some(&a.topic), TIMEOUT)
         .map_err(|e| format!("reading metadata from {}: {e}", a.brokers))?;
@@ -170,7 +198,7 @@ fn describe(a: &Args, out: &mut String) -> Result<(), String> {
             format!("{:?}", p.isr())
         );
     }
-    let admin = admin(&a.brokers)?;
+    let admin = admin(a)?;
     let configs = futures::executor::block_on(
         admin.describe_configs(&[ResourceSpecifier::Topic(&a.topic)], &AdminOptions::new()),
     )
@@ -186,11 +214,8 @@ fn describe(a: &Args, out: &mut String) -> Result<(), String> {
     say!(out, "consumer groups with offsets on it (lag = end offset - committed):");
     let mut any = false;
     for group in groups.groups() {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &a.brokers)
-            .set("group.id", group.name())
-            .create()
-            .map_err(|e| e.to_string())?;
+        let reader: BaseConsumer =
+            a.client().set("group.id", group.name()).create().map_err(|e| e.to_string())?;
         let mut tpl = TopicPartitionList::new();
         for (p, _) in &ends {
             tpl.add_partition(&a.topic, *p);

@@ -11,6 +11,7 @@
 //! * Avro in the Confluent wire format through `caudal-schemas` ([`AvroDecoder`],
 //!   [`AvroSerializer`]), or JSON.
 
+pub mod client_config;
 mod dead_letter;
 mod health;
 pub mod properties;
@@ -18,7 +19,9 @@ mod serde_forms;
 pub mod sink;
 pub mod source;
 pub mod txn_coordinator;
+mod wire;
 
+pub use client_config::ClientProperties;
 pub use dead_letter::{
     split_dead_letters, with_dead_letters, DeadLetter, DeadLetterSerializer, Decoded, SplitDeadLetters,
     DEAD_LETTERS,
@@ -29,6 +32,7 @@ pub use sink::{
 pub use source::{
     AvroDecoder, DecodeError, JsonDecoder, KafkaDecoder, KafkaSource, KafkaSourceConfig, StartFrom,
 };
+pub use wire::KafkaSecurity;
 
 /// A client configuration that only reaches the brokers: `brokers` plus the connection and
 /// security settings among a connector's `properties` (the others are producer- or
@@ -47,4 +51,22 @@ pub(crate) fn connection_config(brokers: &str, properties: &[(String, String)]) 
 pub fn connection_properties(properties: &[(String, String)]) -> Vec<(String, String)> {
     let reach = |k: &str| ["security.", "sasl.", "ssl.", "client.dns"].iter().any(|p| k.starts_with(p));
     properties.iter().filter(|(k, _)| reach(k)).cloned().collect()
+}
+
+/// Fails at once when the brokers refuse these settings — a wrong password, a CA that did not
+/// sign them — where librdkafka would log the refusal and try again for ever: one connection
+/// of Caudal's own client, with the TLS and SASL settings among `properties`. Settings only
+/// librdkafka speaks (another SASL mechanism) and brokers out of reach are left to it.
+pub(crate) fn check_access(brokers: &str, properties: &[(String, String)], what: &str) -> caudal::Result<()> {
+    let Ok(security) = KafkaSecurity::from_properties(&connection_properties(properties)) else {
+        return Ok(());
+    };
+    let client = txn_coordinator::TxnCoordinatorClient::new(brokers, std::time::Duration::from_secs(30))
+        .with_security(security);
+    match client.check_access() {
+        Err(e) if e.is_refused_access() => {
+            Err(caudal::Error::external_refused("kafka", format!("{what}: {e}")))
+        }
+        _ => Ok(()),
+    }
 }

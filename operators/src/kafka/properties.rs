@@ -34,8 +34,8 @@ const CONSUMER_DEFAULTS: [&str; 6] = [
 ];
 
 /// Publishes the effective settings of a client built from `client` as info entries of
-/// the subtask ([`kafka_client_settings`]): what Caudal and the user set (secrets masked by
-/// rdkafka, the per-producer `transactional.id` left out), and librdkafka's defaults of
+/// the subtask ([`kafka_client_settings`]): what Caudal and the user set (secrets masked,
+/// the per-producer `transactional.id` left out), and librdkafka's defaults of
 /// [`PRODUCER_DEFAULTS`] or [`CONSUMER_DEFAULTS`] (`kind`: `producer` or `consumer`).
 pub(crate) fn publish_effective(client: &ClientConfig, kind: &str, metrics: &SubtaskMetrics) {
     let native = client.create_native_config().ok();
@@ -50,9 +50,11 @@ pub(crate) fn publish_effective(client: &ClientConfig, kind: &str, metrics: &Sub
         }
     }
     for (key, value) in set {
-        if key != "transactional.id" {
-            metrics.set_info(kafka_client_settings::name(kind, key), value);
+        if key == "transactional.id" {
+            continue;
         }
+        let shown = if super::client_config::is_secret(key) { "******" } else { value };
+        metrics.set_info(kafka_client_settings::name(kind, key), shown);
     }
 }
 
@@ -132,6 +134,21 @@ mod tests {
 
     fn props(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn the_client_settings_shown_mask_every_secret() {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("sasl.username", "alice")
+            .set("sasl.password", "s3cret-pw")
+            .set("ssl.key.password", "k3y-pw");
+        let metrics = SubtaskMetrics::default();
+        publish_effective(&client, kafka_client_settings::PRODUCER, &metrics);
+        let shown = format!("{:?}", metrics.snapshot().info);
+        assert!(shown.contains("alice") && shown.contains("******"), "{shown}");
+        assert!(!shown.contains("s3cret-pw") && !shown.contains("k3y-pw"), "{shown}");
     }
 
     #[test]

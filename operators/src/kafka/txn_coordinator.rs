@@ -6,19 +6,18 @@
 //! commit a transaction begun by a dead process, knowing only its
 //! `(transactional_id, producer_id, epoch)` from the checkpoint. This module does that with
 //! `FindCoordinator` + `EndTxn` (and `DescribeTransactions` to see where a transactional id
-//! stands), each a blocking request/response on a short-lived TCP connection.
+//! stands), each a blocking request/response on a short-lived connection — TCP or TLS,
+//! authenticated with SASL from the sink's own Kafka properties ([`super::wire`]).
 //!
 //! Flow: `transactional id ─FindCoordinator→ coordinator address ─Describe/EndTxn→ answer`.
 
-use bytes::{Buf, BufMut, BytesMut};
+use super::wire::{Connection, KafkaSecurity, WireError};
 use kafka_protocol::messages::{
     ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
     FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProducerId, RequestHeader, ResponseHeader, TransactionalId,
+    ProducerId, TransactionalId,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use kafka_protocol::protocol::StrBytes;
 use std::time::{Duration, Instant};
 
 /// Protocol versions used. EndTxn ≤ 4 is the classic (TV1) transaction protocol that
@@ -70,6 +69,15 @@ pub enum TxnCoordinatorError {
         /// Why.
         reason: String,
     },
+    /// The broker refused the connection itself (its certificate, our credentials): a
+    /// retry meets the same refusal.
+    #[error("kafka transaction coordinator for `{transactional_id}`: {reason}")]
+    Unauthorized {
+        /// The transactional id asked about.
+        transactional_id: String,
+        /// Why.
+        reason: String,
+    },
     /// The coordinator answered with an error code.
     #[error("kafka transaction coordinator: {request} for `{transactional_id}` answered {name} ({code})")]
     Refused {
@@ -85,11 +93,16 @@ pub enum TxnCoordinatorError {
 }
 
 impl TxnCoordinatorError {
+    /// The broker refused the connection itself (certificate, credentials).
+    pub fn is_refused_access(&self) -> bool {
+        matches!(self, TxnCoordinatorError::Unauthorized { .. })
+    }
+
     /// The Kafka error code of a refusal.
     pub fn code(&self) -> Option<i16> {
         match self {
             TxnCoordinatorError::Refused { code, .. } => Some(*code),
-            TxnCoordinatorError::Unreachable { .. } => None,
+            TxnCoordinatorError::Unreachable { .. } | TxnCoordinatorError::Unauthorized { .. } => None,
         }
     }
 }
@@ -101,6 +114,7 @@ type Result<T> = std::result::Result<T, TxnCoordinatorError>;
 pub struct TxnCoordinatorClient {
     bootstrap: Vec<String>,
     timeout: Duration,
+    security: KafkaSecurity,
 }
 
 impl TxnCoordinatorClient {
@@ -108,7 +122,34 @@ impl TxnCoordinatorClient {
     /// bounds every call, retries included.
     pub fn new(brokers: &str, timeout: Duration) -> Self {
         let bootstrap = brokers.split(',').map(|b| b.trim().to_owned()).filter(|b| !b.is_empty()).collect();
-        TxnCoordinatorClient { bootstrap, timeout }
+        TxnCoordinatorClient { bootstrap, timeout, security: KafkaSecurity::default() }
+    }
+
+    /// The same client over TLS and SASL as `security` says (from the sink's properties).
+    pub fn with_security(mut self, security: KafkaSecurity) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// Connects and authenticates to one bootstrap broker, as every call will: a setting the
+    /// brokers refuse (a wrong password, a CA that did not sign them) fails here, at a job's
+    /// start, and not at its first restore.
+    pub fn check_access(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut last = None;
+        for broker in &self.bootstrap {
+            match Connection::open(broker, deadline, &self.security) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match last {
+            Some(e) => wire_error("(access check)", e),
+            None => TxnCoordinatorError::Unreachable {
+                transactional_id: "(access check)".into(),
+                reason: "no bootstrap broker configured".into(),
+            },
+        })
     }
 
     /// Where `transactional_id` stands, or `None` if the coordinator does not know it.
@@ -118,8 +159,9 @@ impl TxnCoordinatorClient {
                 DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(
                     StrBytes::from_string(transactional_id.into()),
                 )]);
-            let response: DescribeTransactionsResponse =
-                conn.call(ApiKey::DescribeTransactions, &request, DESCRIBE_TRANSACTIONS_VERSION)?;
+            let response: DescribeTransactionsResponse = conn
+                .call(ApiKey::DescribeTransactions, &request, DESCRIBE_TRANSACTIONS_VERSION)
+                .map_err(|e| wire_error(transactional_id, e))?;
             let Some(state) = response.transaction_states.into_iter().next() else {
                 return Ok(Answer::Done(None));
             };
@@ -146,7 +188,9 @@ impl TxnCoordinatorClient {
                 .with_producer_id(ProducerId(producer_id))
                 .with_producer_epoch(epoch)
                 .with_committed(commit);
-            let response: EndTxnResponse = conn.call(ApiKey::EndTxn, &request, END_TXN_VERSION)?;
+            let response: EndTxnResponse = conn
+                .call(ApiKey::EndTxn, &request, END_TXN_VERSION)
+                .map_err(|e| wire_error(transactional_id, e))?;
             Ok(match response.error_code {
                 code::NONE => Answer::Done(()),
                 other => Answer::Code(other),
@@ -164,8 +208,9 @@ impl TxnCoordinatorClient {
             let request = InitProducerIdRequest::default()
                 .with_transactional_id(Some(TransactionalId(StrBytes::from_string(transactional_id.into()))))
                 .with_transaction_timeout_ms(timeout_ms);
-            let response: InitProducerIdResponse =
-                conn.call(ApiKey::InitProducerId, &request, INIT_PRODUCER_ID_VERSION)?;
+            let response: InitProducerIdResponse = conn
+                .call(ApiKey::InitProducerId, &request, INIT_PRODUCER_ID_VERSION)
+                .map_err(|e| wire_error(transactional_id, e))?;
             Ok(match response.error_code {
                 code::NONE => Answer::Done(()),
                 other => Answer::Code(other),
@@ -185,7 +230,8 @@ impl TxnCoordinatorClient {
         let mut backoff = Duration::from_millis(20);
         loop {
             let outcome = self.find_coordinator(transactional_id, deadline).and_then(|address| {
-                let mut conn = Connection::open(&address, deadline, transactional_id)?;
+                let mut conn = Connection::open(&address, deadline, &self.security)
+                    .map_err(|e| wire_error(transactional_id, e))?;
                 call(&mut conn)
             });
             let retryable = match outcome {
@@ -211,18 +257,20 @@ impl TxnCoordinatorClient {
     fn find_coordinator(&self, transactional_id: &str, deadline: Instant) -> Result<String> {
         let mut last_error = None;
         for broker in &self.bootstrap {
-            let mut conn = match Connection::open(broker, deadline, transactional_id) {
+            let mut conn = match Connection::open(broker, deadline, &self.security) {
                 Ok(conn) => conn,
+                Err(e @ WireError::Refused(_)) => return Err(wire_error(transactional_id, e)),
                 Err(e) => {
-                    last_error = Some(e);
+                    last_error = Some(wire_error(transactional_id, e));
                     continue;
                 }
             };
             let request = FindCoordinatorRequest::default()
                 .with_key(StrBytes::from_string(transactional_id.into()))
                 .with_key_type(1);
-            let response: FindCoordinatorResponse =
-                conn.call(ApiKey::FindCoordinator, &request, FIND_COORDINATOR_VERSION)?;
+            let response: FindCoordinatorResponse = conn
+                .call(ApiKey::FindCoordinator, &request, FIND_COORDINATOR_VERSION)
+                .map_err(|e| wire_error(transactional_id, e))?;
             if response.error_code != code::NONE {
                 return Err(TxnCoordinatorError::refused(
                     "FindCoordinator",
@@ -263,79 +311,10 @@ impl TxnCoordinatorError {
     }
 }
 
-/// One TCP connection speaking length-prefixed Kafka requests.
-struct Connection {
-    stream: TcpStream,
-    transactional_id: String,
-    correlation_id: i32,
-}
-
-impl Connection {
-    fn open(address: &str, deadline: Instant, transactional_id: &str) -> Result<Self> {
-        let unreachable = |reason: String| TxnCoordinatorError::Unreachable {
-            transactional_id: transactional_id.to_owned(),
-            reason: format!("{address}: {reason}"),
-        };
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-        let addr = address
-            .to_socket_addrs()
-            .map_err(|e| unreachable(e.to_string()))?
-            .next()
-            .ok_or_else(|| unreachable("no address".to_owned()))?;
-        let stream = TcpStream::connect_timeout(&addr, left).map_err(|e| unreachable(e.to_string()))?;
-        stream.set_read_timeout(Some(left)).map_err(|e| unreachable(e.to_string()))?;
-        stream.set_write_timeout(Some(left)).map_err(|e| unreachable(e.to_string()))?;
-        stream.set_nodelay(true).map_err(|e| unreachable(e.to_string()))?;
-        Ok(Connection { stream, transactional_id: transactional_id.to_owned(), correlation_id: 0 })
-    }
-
-    fn call<Req, Resp>(&mut self, key: ApiKey, request: &Req, version: i16) -> Result<Resp>
-    where
-        Req: Encodable + HeaderVersion,
-        Resp: Decodable + HeaderVersion,
-    {
-        self.correlation_id += 1;
-        let broken = |reason: String, id: &str| TxnCoordinatorError::Unreachable {
-            transactional_id: id.to_owned(),
-            reason: format!("{key:?} v{version}: {reason}"),
-        };
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("caudal")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, Req::header_version(version))
-            .and_then(|()| request.encode(&mut body, version))
-            .map_err(|e| broken(format!("encoding: {e}"), &self.transactional_id))?;
-        let mut frame = BytesMut::with_capacity(body.len() + 4);
-        frame.put_i32(i32::try_from(body.len()).unwrap_or(i32::MAX));
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).map_err(|e| broken(e.to_string(), &self.transactional_id))?;
-
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).map_err(|e| broken(e.to_string(), &self.transactional_id))?;
-        let len = usize::try_from(i32::from_be_bytes(len)).unwrap_or(0);
-        let mut answer = vec![0u8; len];
-        self.stream.read_exact(&mut answer).map_err(|e| broken(e.to_string(), &self.transactional_id))?;
-        let mut buf = bytes::Bytes::from(answer);
-        let header = ResponseHeader::decode(&mut buf, Resp::header_version(version))
-            .map_err(|e| broken(format!("decoding the header: {e}"), &self.transactional_id))?;
-        if header.correlation_id != self.correlation_id {
-            return Err(broken(
-                format!(
-                    "answer to request {} while waiting for {}",
-                    header.correlation_id, self.correlation_id
-                ),
-                &self.transactional_id,
-            ));
-        }
-        let response = Resp::decode(&mut buf, version)
-            .map_err(|e| broken(format!("decoding: {e}"), &self.transactional_id))?;
-        if buf.has_remaining() {
-            return Err(broken(format!("{} bytes left over", buf.remaining()), &self.transactional_id));
-        }
-        Ok(response)
+fn wire_error(transactional_id: &str, e: WireError) -> TxnCoordinatorError {
+    let transactional_id = transactional_id.to_owned();
+    match e {
+        WireError::Unreachable(reason) => TxnCoordinatorError::Unreachable { transactional_id, reason },
+        WireError::Refused(reason) => TxnCoordinatorError::Unauthorized { transactional_id, reason },
     }
 }

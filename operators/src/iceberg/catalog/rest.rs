@@ -66,17 +66,8 @@ fn http_client(url: &str) -> Result<reqwest::Client> {
 
 /// The system's root certificates (`SSL_CERT_FILE` / `SSL_CERT_DIR` replace them).
 fn system_roots() -> Result<rustls::RootCertStore> {
-    let found = rustls_native_certs::load_native_certs();
-    let mut roots = rustls::RootCertStore::empty();
-    let (added, _) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        let why = found.errors.first().map_or_else(|| "none found".to_string(), ToString::to_string);
-        return Err(Error::new(
-            ErrorKind::Unexpected,
-            format!("REST catalog over https: no usable root certificate on this system ({why})"),
-        ));
-    }
-    Ok(roots)
+    crate::tls::system_roots()
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("REST catalog over https: {e}")))
 }
 
 /// TLS 1.2/1.3 with the aws-lc-rs provider, trusting `roots`.

@@ -135,7 +135,21 @@ impl KafkaSinkConfig {
                 return Err(Error::config(setting, format!("{} ms is below a second", d.as_millis())));
             }
         }
-        crate::kafka::properties::check_producer_properties(&self.properties, self.delivery)
+        crate::kafka::properties::check_producer_properties(&self.properties, self.delivery)?;
+        if self.delivery == DeliveryGuarantee::ExactlyOnce {
+            self.security()?;
+        }
+        Ok(())
+    }
+
+    /// How Caudal's own transaction client reaches the brokers: the TLS and SASL settings
+    /// among the properties, as librdkafka reads them. Settings it cannot honour (another
+    /// SASL mechanism, an encrypted key) fail here, when the job is built.
+    pub(crate) fn security(&self) -> Result<crate::kafka::KafkaSecurity> {
+        crate::kafka::KafkaSecurity::from_properties(&crate::kafka::connection_properties(&self.properties))
+            .map_err(|e| {
+                Error::config("kafka sink properties", format!("kafka sink into `{}`: {e}", self.topic))
+            })
     }
 
     /// Validates and builds the sink for records of type `T`, encoded by `serializer`.

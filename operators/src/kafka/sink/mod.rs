@@ -118,6 +118,11 @@ impl<T: Data> Sink for KafkaSink<T> {
                 ctx.metrics.clone(),
             );
         }
+        crate::kafka::check_access(
+            &self.config.brokers,
+            &self.config.properties,
+            &format!("kafka sink into `{}`", self.config.topic),
+        )?;
         self.serializer.open(&self.config.topic)?;
         let transactional = (self.config.delivery == DeliveryGuarantee::ExactlyOnce).then_some("");
         let settings = SinkProducer::client_config(&self.config, transactional, true)?;
@@ -142,7 +147,8 @@ impl<T: Data> Sink for KafkaSink<T> {
             DeliveryGuarantee::ExactlyOnce => {
                 broker_limits::check_broker_max_timeout(&self.config)?;
                 let coordinator =
-                    TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout);
+                    TxnCoordinatorClient::new(&self.config.brokers, self.config.request_timeout)
+                        .with_security(self.config.security()?);
                 let prefix = self.prefix(ctx);
                 let restored = ctx.restored_checkpoint.map(|c| c.0);
                 let later = self.later_snapshots(ctx)?;
@@ -248,6 +254,17 @@ impl<T: Data> Sink for KafkaSink<T> {
             Mode::Plain(producer) => producer.flush(),
             Mode::Idle => Ok(()),
         }
+    }
+}
+
+/// A failed conversation with the transaction coordinator as a job error: a refusal of the
+/// connection itself (credentials, certificates) is final, the rest may pass with a restart.
+pub(crate) fn coordinator_error(topic: &str, e: crate::kafka::txn_coordinator::TxnCoordinatorError) -> Error {
+    let message = format!("kafka sink into `{topic}`: {e}");
+    if e.is_refused_access() {
+        Error::external_refused("kafka", message)
+    } else {
+        Error::external("kafka", message)
     }
 }
 

@@ -102,7 +102,7 @@ impl Recovery<'_> {
             let known = self
                 .coordinator
                 .describe(&transactional_id(self.prefix, beyond, 0))
-                .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))?;
+                .map_err(|e| super::coordinator_error(self.topic, e))?;
             if known.is_some() {
                 mine.push(beyond);
                 unknown_in_a_row = 0;
@@ -131,8 +131,8 @@ impl Recovery<'_> {
                 );
                 Ok(())
             }
-            Err(e @ TxnCoordinatorError::Unreachable { .. }) => {
-                Err(Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))
+            Err(e @ (TxnCoordinatorError::Unreachable { .. } | TxnCoordinatorError::Unauthorized { .. })) => {
+                Err(super::coordinator_error(self.topic, e))
             }
             Err(e) => {
                 if let Some(later) = committed_in(self.later, txn) {
@@ -170,10 +170,8 @@ impl Recovery<'_> {
     fn abort_lingering(&self, old_subtask: u32, committed: &HashSet<String>) -> Result<()> {
         for index in 0..MAX_PROBED_IDS {
             let id = transactional_id(self.prefix, old_subtask, index);
-            let described = self
-                .coordinator
-                .describe(&id)
-                .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.topic)))?;
+            let described =
+                self.coordinator.describe(&id).map_err(|e| super::coordinator_error(self.topic, e))?;
             let Some(state) = described else { break };
             if committed.contains(&id) {
                 continue;
@@ -184,9 +182,9 @@ impl Recovery<'_> {
                     self.topic, state.producer_id, state.producer_epoch
                 );
             }
-            self.coordinator.fence(&id, self.transaction_timeout).map_err(|e| {
-                Error::external("kafka", format!("kafka sink into `{}`: fencing `{id}`: {e}", self.topic))
-            })?;
+            self.coordinator
+                .fence(&id, self.transaction_timeout)
+                .map_err(|e| super::coordinator_error(self.topic, e))?;
         }
         Ok(())
     }

@@ -424,7 +424,7 @@ impl Transactions {
         let described = self
             .coordinator
             .describe(&txn.transactional_id)
-            .map_err(|e| Error::external("kafka", format!("kafka sink into `{}`: {e}", self.config.topic)))?;
+            .map_err(|e| super::coordinator_error(&self.config.topic, e))?;
         let recorded = (txn.producer_id, txn.producer_epoch);
         match described {
             Some(d) if !same_producer_after_commit(recorded, (d.producer_id, d.producer_epoch)) => {
@@ -569,7 +569,7 @@ impl ProducerMaker {
         let described = self
             .coordinator
             .describe(&transactional_id)
-            .map_err(|e| Error::external("kafka", format!("kafka sink: {e}")))?
+            .map_err(|e| super::coordinator_error(&self.config.topic, e))?
             .ok_or_else(|| {
                 Error::Internal(format!(
                     "kafka sink: the coordinator does not know `{transactional_id}` right after init_transactions"
@@ -578,8 +578,17 @@ impl ProducerMaker {
         // Checked after init_transactions, not before: a newer run that claimed later
         // restores later, finds this id in use and fences it; one that claimed earlier is
         // seen here, and no transaction begins on the id.
+        // Storage out of reach: the run's checkpoints fail meanwhile, so nothing it writes
+        // commits; it goes on (as tolerable_failed_checkpoints allows) rather than fail.
         if let Some(fence) = &self.fence {
-            fence.check(&format!("beginning transactions on `{transactional_id}`"))?;
+            match fence.check(&format!("beginning transactions on `{transactional_id}`")) {
+                Ok(()) => {}
+                Err(e @ Error::Superseded(_)) => return Err(e),
+                Err(e) => tracing::warn!(
+                    "kafka sink `{}`: {e}: going on with `{transactional_id}` without knowing whether a newer run took over",
+                    self.id_prefix
+                ),
+            }
         }
         tracing::debug!(
             ms = started.elapsed().as_millis() as u64,

@@ -420,6 +420,11 @@ impl<T> KafkaSourceReader<T> {
             .clone()
             .unwrap_or_else(|| format!("caudal-{}-{}", ctx.job_name, ctx.operator_name));
         crate::kafka::properties::check_consumer_properties(&config.properties)?;
+        crate::kafka::check_access(
+            &config.brokers,
+            &config.properties,
+            &format!("kafka source of `{topic}`"),
+        )?;
         let context = LagContext { topic: topic.to_owned(), partitions: RwLock::new(BTreeMap::new()) };
         let settings = consumer_config(config, &group);
         crate::kafka::properties::publish_effective(&settings, CONSUMER, &ctx.metrics);
