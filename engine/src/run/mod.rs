@@ -104,12 +104,14 @@ impl Run {
         let started = Instant::now();
         let graph = parts.graph.borrow();
         let compiled = compile(&graph, config, job_name)?;
+        // Embedded, the run claims its storage before it picks what to restore; an executor
+        // (given the job manager's attempt) never does: the job manager claimed for the
+        // attempt before it deployed it.
+        let embedded = attempt.is_none();
         // Every run is one of its own, even a restore in the same process.
         let attempt = attempt.filter(|a| !a.is_empty()).unwrap_or_else(crate::operator::new_attempt_id);
         let (storage, restored) = if config.checkpoints.enabled() {
-            // Embedded, the run claims its storage before it picks what to restore (in a
-            // cluster, the job manager claims for the attempt before it deploys it).
-            let claim = remote.is_none().then_some(attempt.as_str());
+            let claim = embedded.then_some(attempt.as_str());
             let (store, paths, restored) = open_and_load_restore(&config.checkpoints, &compiled.plan, claim)?;
             (Some((store, paths)), restored)
         } else {

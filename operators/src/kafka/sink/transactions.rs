@@ -428,6 +428,14 @@ impl Transactions {
         let recorded = (txn.producer_id, txn.producer_epoch);
         match described {
             Some(d) if !same_producer_after_commit(recorded, (d.producer_id, d.producer_epoch)) => {
+                // A newer run that fenced the id moves its epoch too: say that, not KIP-890.
+                if let Some(fence) = &self.fence {
+                    if let Err(e @ Error::Superseded(_)) =
+                        fence.check(&format!("using `{}` again", txn.transactional_id))
+                    {
+                        return Err(e);
+                    }
+                }
                 Err(Error::config(
                     "kafka.delivery",
                     format!(
