@@ -2,8 +2,9 @@
 # Caudal's test stack on loopback: Apache Kafka (KRaft, one node), a Confluent-compatible schema
 # registry (Apicurio), PostgreSQL, Redis and an S3 server (moto).
 # Kafka also listens on SASL_SSL (SCRAM-SHA-512 user `caudal`, a certificate of a CA the stack
-# makes itself in $STACK/tls): `env` exports CAUDAL_KAFKA_SECURE_BROKERS and
-# CAUDAL_KAFKA_SECURE_CONFIG, a client.properties with everything a client needs.
+# makes itself in $STACK/tls), and the registry is also served over HTTPS with basic auth
+# (registry-tls); `env` exports CAUDAL_KAFKA_SECURE_BROKERS and CAUDAL_KAFKA_SECURE_CONFIG, a
+# client.properties with everything a client of both needs.
 #
 #   scripts/services.sh start  [SERVICE...]   start (idempotent), wait until ready, print addresses
 #   scripts/services.sh stop   [SERVICE...]   stop what this script started; leaves no process
@@ -12,7 +13,7 @@
 #   scripts/services.sh restart [SERVICE...]  stop then start
 #   scripts/services.sh purge  [SERVICE...]   stop, then delete their data (PostgreSQL's too)
 #
-# SERVICE: kafka registry postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
+# SERVICE: kafka registry registry-tls postgres redis s3 (default: all), or kafka1 kafka2 kafka3 (a 3-broker
 # cluster), trino (Trino with an Iceberg catalog on the stack's PostgreSQL and S3) and
 # iceberg-rest (an Iceberg REST catalog on the same), only when named. See scripts/README.md.
 #
@@ -34,6 +35,8 @@ KAFKA_CONTROLLER_PORT=${CAUDAL_KAFKA_CONTROLLER_PORT:-19093}
 KAFKA_SECURE_PORT=${CAUDAL_KAFKA_SECURE_PORT:-19094}  # SASL_SSL (SCRAM-SHA-512, the stack's CA)
 KAFKA_USER=caudal
 REGISTRY_PORT=${CAUDAL_REGISTRY_PORT:-18081}
+REGISTRY_TLS_PORT=${CAUDAL_REGISTRY_TLS_PORT:-18443}  # HTTPS + basic auth in front of the registry
+REGISTRY_USER=caudal
 POSTGRES_PORT=${CAUDAL_POSTGRES_PORT:-15432}
 REDIS_PORT=${CAUDAL_REDIS_PORT:-16379}
 DURABLE=${CAUDAL_DURABLE:-0}
@@ -50,7 +53,7 @@ REGISTRY_HOME=$CACHE/apicurio-registry-$APICURIO_VERSION
 M2=$CACHE/m2
 MVN_SETTINGS=$SCRIPTS_DIR/maven-settings.xml
 
-ALL_SERVICES=(postgres redis s3 kafka registry)
+ALL_SERVICES=(postgres redis s3 kafka registry registry-tls)
 # Started only when named: a 3-broker KRaft cluster (combined broker + controller nodes,
 # replication factor 3, min.insync.replicas 2, the transaction state log replicated) for the
 # broker failover tests. Ports: CAUDAL_KAFKA_NODE_PORTS / CAUDAL_KAFKA_NODE_CONTROLLER_PORTS
@@ -95,6 +98,7 @@ port_owner() { # pid listening on the port, if ss can tell
 svc_port() {
   case $1 in
     kafka) echo "$KAFKA_PORT" ;; registry) echo "$REGISTRY_PORT" ;; postgres) echo "$POSTGRES_PORT" ;;
+    registry-tls) echo "$REGISTRY_TLS_PORT" ;;
     redis) echo "$REDIS_PORT" ;; s3) echo "$S3_PORT" ;;
     kafka[123]) echo "${KAFKA_NODE_PORTS[${1#kafka} - 1]}" ;;
     trino) echo "$TRINO_PORT" ;; iceberg-rest) echo "$ICEBERG_REST_PORT" ;;
@@ -120,6 +124,7 @@ svc_addr() {
   case $1 in
     kafka|kafka[123]) echo "$HOST:$p" ;;
     registry) echo "http://$HOST:$p/apis/ccompat/v7" ;;
+    registry-tls) echo "https://$HOST:$p/apis/ccompat/v7" ;;
     postgres) echo "postgres://caudal@$HOST:$p/caudal" ;;
     redis) echo "redis://$HOST:$p/" ;;
     s3|trino|iceberg-rest) echo "http://$HOST:$p" ;;
@@ -131,6 +136,7 @@ svc_marker() {
     kafka) echo "$STACK/kafka/server.properties" ;;
     kafka[123]) echo "$STACK/$1/server.properties" ;;
     registry) echo "-Dcaudal.stack=$STACK" ;;
+    registry-tls) echo "$STACK/registry-tls/credentials" ;;
     postgres) echo "postgres" ;;
     redis) echo "redis-server" ;;
     s3) echo "moto_server" ;;
@@ -386,6 +392,11 @@ sasl.mechanism=SCRAM-SHA-512
 sasl.username=$KAFKA_USER
 sasl.password=$(secret kafka-$KAFKA_USER)
 ssl.ca.location=$TLS/ca.pem
+# ... and of the registry over HTTPS with basic auth (service registry-tls)
+schema.registry.url=$(svc_addr registry-tls)
+basic.auth.credentials.source=USER_INFO
+basic.auth.user.info=$REGISTRY_USER:$(secret registry-$REGISTRY_USER)
+schema.registry.ssl.ca.location=$TLS/ca.pem
 EOF
   mv "$props.tmp" "$props"
   "$VENV/bin/python" - "$HOST:$KAFKA_PORT" "$HOST:$KAFKA_SECURE_PORT" "$props" <<'EOF' >>"$(svc_log kafka)" 2>&1 \
@@ -394,6 +405,7 @@ import sys, time
 from confluent_kafka.admin import AdminClient, UserScramCredentialUpsertion, ScramCredentialInfo, ScramMechanism
 plain, secure, props = sys.argv[1:4]
 conf = dict(l.split("=", 1) for l in open(props).read().splitlines() if l and not l.startswith("#"))
+conf = {k: v for k, v in conf.items() if not k.startswith(("schema.registry.", "basic.auth.", "bearer.auth."))}
 admin = AdminClient({"bootstrap.servers": plain, "log_level": 0})
 upsert = UserScramCredentialUpsertion(conf["sasl.username"], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                       conf["sasl.password"].encode())
@@ -574,6 +586,26 @@ registry_post_start() {
       && curl -sf -o /dev/null -X DELETE "$subjects/caudal-stack-warmup-$i-value?permanent=true" \
       || { warn "could not delete the registry's warm-up subject $i"; break; }
   done
+}
+
+# ---------------------------------------------------------------------------------------------
+# The registry over HTTPS with basic auth (scripts/registry-tls-proxy.py in front of the
+# registry; user $REGISTRY_USER, password in $SECRETS): what a company's registry looks like.
+
+registry_tls_launch() {
+  local d="$STACK/registry-tls"
+  tls_prepare
+  (umask 077; printf '%s:%s\n' "$REGISTRY_USER" "$(secret "registry-$REGISTRY_USER")" >"$d/credentials")
+  launch "$d/registry-tls.log" "$VENV/bin/python" "$SCRIPTS_DIR/registry-tls-proxy.py" "$HOST" \
+    "$REGISTRY_TLS_PORT" "http://$HOST:$(running_port registry)" "$TLS/server.pem" "$TLS/server.key" \
+    "$d/credentials" >"$d/registry-tls.pid"
+}
+
+# Ready when an authenticated request gets through to the registry (the password goes to curl
+# on its standard input, never on a command line).
+registry_tls_ready() {
+  printf 'user = "%s:%s"\n' "$REGISTRY_USER" "$(secret "registry-$REGISTRY_USER")" \
+    | curl -sf -o /dev/null -K - --cacert "$TLS/ca.pem" "https://$HOST:$REGISTRY_TLS_PORT/apis/ccompat/v7/subjects"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -913,7 +945,7 @@ iceberg_rest_ready() { curl -sf -o /dev/null "http://$HOST:$ICEBERG_REST_PORT/v1
 svc_prepare() {
   case $1 in
     kafka|kafka[123]) kafka_prepare ;; registry) registry_prepare ;; postgres) postgres_prepare ;;
-    redis|s3) : ;; trino) trino_prepare ;; iceberg-rest) iceberg_rest_prepare ;;
+    redis|s3|registry-tls) : ;; trino) trino_prepare ;; iceberg-rest) iceberg_rest_prepare ;;
   esac
 }
 
@@ -1032,7 +1064,7 @@ cmd_start() {
     [[ $s == kafka ]] && echo "$KAFKA_SECURE_PORT" >"$STACK/kafka/secure-port"
     case $s in
       kafka) kafka_launch ;; registry) registry_launch ;; postgres) postgres_launch ;;
-      redis) redis_launch ;; s3) s3_launch ;; kafka[123]) kafka_node_launch "${s#kafka}" ;;
+      registry-tls) registry_tls_launch ;; redis) redis_launch ;; s3) s3_launch ;; kafka[123]) kafka_node_launch "${s#kafka}" ;;
       trino) trino_launch ;; iceberg-rest) iceberg_rest_launch ;;
     esac
     started+=("$s")

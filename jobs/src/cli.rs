@@ -2,6 +2,7 @@
 
 use caudal_operators::kafka::properties::parse_property;
 use caudal_operators::kafka::ClientProperties;
+use caudal_schemas::RegistryAccess;
 use clap::Args;
 
 /// Kafka and its schema registry.
@@ -10,9 +11,10 @@ pub struct KafkaArgs {
     /// Kafka bootstrap brokers, host:port[,host:port…].
     #[arg(long, default_value = "127.0.0.1:9092", env = "CAUDAL_KAFKA_BROKERS")]
     pub brokers: String,
-    /// Confluent-compatible schema registry URL.
-    #[arg(long, default_value = "http://127.0.0.1:8085", env = "CAUDAL_SCHEMA_REGISTRY")]
-    pub schema_registry: String,
+    /// Confluent-compatible schema registry URL [default: `--kafka-config`'s
+    /// schema.registry.url, else $CAUDAL_SCHEMA_REGISTRY, else http://127.0.0.1:8085].
+    #[arg(long)]
+    pub schema_registry: Option<String>,
     /// A librdkafka property of the Kafka producers (sinks, dead letters), KEY=VALUE;
     /// repeatable (e.g. compression.type=snappy, linger.ms=10, batch.size=32768,
     /// client.id=…). Properties Caudal's guarantees rest on are refused, with the reason.
@@ -24,7 +26,9 @@ pub struct KafkaArgs {
     pub consumer_properties: Vec<(String, String)>,
     /// A Kafka client configuration file (`client.properties`: security.protocol, sasl.*,
     /// ssl.*, …) for every Kafka connection of the job — sources, sinks, dead letters, the
-    /// exactly-once recommit, health probes. `${env:NAME}` in a value reads a variable.
+    /// exactly-once recommit, health probes — and the schema registry's (schema.registry.url,
+    /// basic.auth.*, bearer.auth.token, schema.registry.ssl.*). `${env:NAME}` in a value
+    /// reads a variable.
     #[arg(long = "kafka-config", value_name = "FILE", env = "CAUDAL_KAFKA_CONFIG")]
     pub kafka_config: Option<std::path::PathBuf>,
     /// A Kafka client property for every connection, KEY=VALUE; repeatable; after the
@@ -33,15 +37,43 @@ pub struct KafkaArgs {
     pub kafka_properties: Vec<(String, String)>,
 }
 
+/// The registry a job reaches when nothing names one.
+pub const DEFAULT_SCHEMA_REGISTRY: &str = "http://127.0.0.1:8085";
+
 impl KafkaArgs {
+    /// The `--kafka-config` file's settings (none without the flag).
+    fn client_properties(&self) -> caudal::Result<ClientProperties> {
+        match &self.kafka_config {
+            Some(path) => {
+                ClientProperties::load(path).map_err(|e| caudal::Error::config("--kafka-config", e))
+            }
+            None => Ok(ClientProperties::default()),
+        }
+    }
+
     /// What every Kafka client takes: `--kafka-config`'s Kafka keys, then `--kafka-property`.
     pub fn common(&self) -> caudal::Result<Vec<(String, String)>> {
-        let mut common = match &self.kafka_config {
-            Some(path) => ClientProperties::load(path)?.kafka,
-            None => Vec::new(),
-        };
+        let mut common = self.client_properties()?.kafka;
         common.extend(self.kafka_properties.iter().cloned());
         Ok(common)
+    }
+
+    /// How to reach the schema registry: `--kafka-config`'s registry keys (URL,
+    /// credentials, CA). The URL: `--schema-registry`, else the file's, else
+    /// `CAUDAL_SCHEMA_REGISTRY`, else [`DEFAULT_SCHEMA_REGISTRY`].
+    pub fn registry(&self) -> caudal::Result<RegistryAccess> {
+        let mut properties = self.client_properties()?;
+        properties.kafka.extend(self.kafka_properties.iter().cloned());
+        let fallback = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|u| !u.trim().is_empty());
+        let mut access = RegistryAccess::from_properties(
+            fallback.as_deref().unwrap_or(DEFAULT_SCHEMA_REGISTRY),
+            &properties,
+        )
+        .map_err(|e| caudal::Error::config("--kafka-config", e))?;
+        if let Some(url) = &self.schema_registry {
+            access.url = url.clone();
+        }
+        Ok(access)
     }
 
     /// Every producer's properties: [`Self::common`], then `--producer-property`.

@@ -9,6 +9,7 @@ use crate::temperature::names;
 use caudal::{JobConfig, JobResult, Result, StreamEnv, WatermarkStrategy};
 use caudal_operators::generator::{GeneratorConfig, SensorReading};
 use caudal_operators::kafka::{AvroSerializer, DeliveryGuarantee, KafkaSinkConfig};
+use caudal_schemas::RegistryAccess;
 
 /// What to produce where.
 #[derive(Debug, Clone)]
@@ -17,8 +18,8 @@ pub struct Producer {
     pub generator: GeneratorConfig,
     /// `host:port[,…]`.
     pub brokers: String,
-    /// The schema registry's base URL.
-    pub schema_registry: String,
+    /// How to reach the schema registry.
+    pub schema_registry: RegistryAccess,
     /// The topic (`earth-temp`).
     pub topic: String,
     /// librdkafka producer properties passed through (checked at start).
@@ -41,7 +42,8 @@ impl Producer {
         env.source(names::SOURCE, generator.build()?, WatermarkStrategy::none()).sink(
             "kafka-producer",
             move |_| {
-                let serializer = AvroSerializer::<SensorReading>::new(&registry).keyed(|r| r.sensor_id);
+                let serializer =
+                    AvroSerializer::<SensorReading>::new(registry.clone()).keyed(|r| r.sensor_id);
                 sink.build(serializer)
             },
         );

@@ -16,7 +16,7 @@ use caudal_operators::postgres::PostgresSinkConfig;
 use caudal_operators::redis::RedisSinkConfig;
 use caudal_operators::sinks::{DiscardSink, JsonFileSink, StdoutSink};
 use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
-use caudal_schemas::AvroRecord;
+use caudal_schemas::{AvroRecord, RegistryAccess};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -105,7 +105,7 @@ pub enum SinkKind {
     /// Count and drop (benchmarks).
     Discard,
     /// Avro into Kafka topics, exactly-once by default.
-    Kafka(KafkaOutput),
+    Kafka(Box<KafkaOutput>),
 }
 
 /// Where the readings come from.
@@ -125,8 +125,8 @@ pub const DEFAULT_IDLENESS: Duration = Duration::from_secs(30);
 pub struct KafkaInput {
     /// `host:port[,…]`.
     pub brokers: String,
-    /// The schema registry's base URL.
-    pub schema_registry: String,
+    /// How to reach the schema registry.
+    pub schema_registry: RegistryAccess,
     /// The topic (`earth-temp`).
     pub topic: String,
     /// Read up to the end offsets present at start, then finish.
@@ -151,8 +151,8 @@ pub struct KafkaInput {
 pub struct KafkaOutput {
     /// `host:port[,…]`.
     pub brokers: String,
-    /// The schema registry's base URL.
-    pub schema_registry: String,
+    /// How to reach the schema registry.
+    pub schema_registry: RegistryAccess,
     /// Topic of the converted readings (`processed-temp`).
     pub readings_topic: String,
     /// Topic of the window statistics (`temp-windows`).
@@ -341,7 +341,7 @@ impl TemperatureJob {
                 config.max_bad_records_per_minute = input.max_bad_records_per_minute;
                 config.properties = input.properties.clone();
                 config.partition_discovery = input.partition_discovery;
-                let decoder = AvroDecoder::<SensorReading>::factory(&input.schema_registry);
+                let decoder = AvroDecoder::<SensorReading>::factory(input.schema_registry.clone());
                 let rate = input.max_records_per_second;
                 match &input.dead_letter_topic {
                     None => kafka_source(env, config.build(decoder)?, watermarks, rate, end.clone())?,
@@ -610,7 +610,7 @@ impl TemperatureJob {
                 let registry = output.schema_registry.clone();
                 stream
                     .sink(name, move |_| {
-                        let serializer = AvroSerializer::<T>::new(&registry).keyed(key);
+                        let serializer = AvroSerializer::<T>::new(registry.clone()).keyed(key);
                         config.build(serializer)
                     })
                     .uid(name);

@@ -11,7 +11,7 @@ use caudal_operators::kafka::{
     AvroDecoder, AvroSerializer, DeliveryGuarantee, KafkaSinkConfig, KafkaSourceConfig,
 };
 use caudal_operators::window::{AggregateFunction, KeyedWindowExt, WindowAssigner};
-use caudal_schemas::{EventType, UserInteraction, UserInteractionCount};
+use caudal_schemas::{EventType, RegistryAccess, UserInteraction, UserInteractionCount};
 use std::time::Duration;
 
 /// Names of the job's operators, which are also their uids (the ids of their state in
@@ -57,8 +57,8 @@ impl AggregateFunction<UserInteraction> for Count {
 pub struct UserInteractionsJob {
     /// `host:port[,…]`.
     pub brokers: String,
-    /// The schema registry's base URL.
-    pub schema_registry: String,
+    /// How to reach the schema registry.
+    pub schema_registry: RegistryAccess,
     /// `prod.web.user_interactions`.
     pub input_topic: String,
     /// `prod.web.user_interaction_counts`.
@@ -82,7 +82,7 @@ impl UserInteractionsJob {
     pub fn build(&self, env: &StreamEnv) -> Result<()> {
         let mut input = KafkaSourceConfig::new(&self.brokers, &self.input_topic).bounded(self.bounded);
         input.properties = self.consumer_properties.clone();
-        let source = input.build(AvroDecoder::<UserInteraction>::factory(&self.schema_registry))?;
+        let source = input.build(AvroDecoder::<UserInteraction>::factory(self.schema_registry.clone()))?;
         let watermarks =
             WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5), |e: &UserInteraction| e.ts)
                 .with_idleness(Duration::from_secs(30));
@@ -107,8 +107,8 @@ impl UserInteractionsJob {
             .name(names::TO_COUNTS)
             .uid(names::TO_COUNTS)
             .sink(names::SINK, move |_| {
-                let serializer =
-                    AvroSerializer::<UserInteractionCount>::new(&registry).keyed(|c| c.user_id.clone());
+                let serializer = AvroSerializer::<UserInteractionCount>::new(registry.clone())
+                    .keyed(|c| c.user_id.clone());
                 sink.build(serializer)
             })
             .uid(names::SINK);
@@ -140,7 +140,7 @@ pub fn interaction(seed: u64, users: u64, n: u64, start_ms: i64, interval_ms: i6
 /// (Avro, keyed by user, idempotent producer).
 pub fn produce(
     (brokers, properties): (&str, &[(String, String)]),
-    schema_registry: &str,
+    schema_registry: &RegistryAccess,
     topic: &str,
     (users, records, seed): (u64, u64, u64),
     config: caudal::JobConfig,
@@ -149,11 +149,12 @@ pub fn produce(
     let env = StreamEnv::with_config(config);
     let mut sink = KafkaSinkConfig::new(brokers, topic).delivery(DeliveryGuarantee::AtLeastOnce);
     sink.properties = properties.to_vec();
-    let registry = schema_registry.to_owned();
+    let registry = schema_registry.clone();
     env.from_iter("interactions", (0..records).map(|n| interaction(seed, users, n, start_ms, 100))).sink(
         "kafka-producer",
         move |_| {
-            let serializer = AvroSerializer::<UserInteraction>::new(&registry).keyed(|e| e.user_id.clone());
+            let serializer =
+                AvroSerializer::<UserInteraction>::new(registry.clone()).keyed(|e| e.user_id.clone());
             sink.build(serializer)
         },
     );

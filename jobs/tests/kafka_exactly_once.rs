@@ -15,7 +15,8 @@ mod kafka_support;
 
 use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
 use kafka_support::{
-    committed_offsets, create_topic, end_offsets, oracle, read_committed, secure_kafka, stack, unique, Stack,
+    committed_offsets, create_topic, end_offsets, oracle, read_committed, secure_kafka, stack, unique,
+    SecureKafka, Stack,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
@@ -93,13 +94,14 @@ fn new_run(stack: &Stack, name: &str) -> Run {
 
 fn spawn(stack: &Stack, run: &Run, restore: bool, crash_at: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_temperature"));
-    let brokers = run.secure.as_ref().map_or(stack.brokers.as_str(), |(b, _)| b.as_str());
-    if let Some((_, config)) = &run.secure {
-        cmd.arg("--kafka-config").arg(config);
-    }
+    match &run.secure {
+        // The brokers on the command line; the registry, its credentials and CA only in
+        // the file (whose URL wins over CAUDAL_SCHEMA_REGISTRY, the plaintext registry).
+        Some((brokers, config)) => cmd.args(["--brokers", brokers, "--kafka-config"]).arg(config),
+        None => cmd.args(["--brokers", &stack.brokers, "--schema-registry", &stack.registry]),
+    };
     cmd.args(["--source", "kafka", "--input-topic", &run.input, "--bounded"])
         .args(["--sink", "kafka", "--output-topic", &run.readings, "--windows-topic", &run.windows])
-        .args(["--brokers", brokers, "--schema-registry", &stack.registry])
         .args([
             "--window-secs",
             "10",
@@ -348,7 +350,8 @@ fn a_frozen_run_resumed_after_its_successor_restored_stops_and_leaves_nothing_op
 }
 
 /// A secured platform (#44): every connection of the job over the broker's SASL_SSL
-/// listener (SCRAM-SHA-512, the stack's CA) from one `--kafka-config` file. Killed after
+/// listener (SCRAM-SHA-512, the stack's CA), and the registry over HTTPS with basic auth,
+/// from one `--kafka-config` file. Killed after
 /// checkpoint 3 completed, before its commit: the restore commits the pending transactions
 /// through Caudal's own coordinator client — over TLS, authenticated — and the output
 /// equals the clean run's.
@@ -372,20 +375,42 @@ fn over_sasl_ssl_the_restore_recommits_what_a_crash_in_the_commit_window_left() 
 fn a_wrong_sasl_password_fails_the_job_at_start_naming_the_cause() {
     let Some(stack) = stack() else { return };
     let Some(secure) = secure_kafka() else { return };
-    let run = new_run(&stack, "secure-wrong");
+    let err =
+        fails_at_start(&stack, "secure-wrong", &secure, "sasl.password=", "sasl.password=not-the-password");
+    assert!(err.contains("authentication failed") || err.contains("Authentication failed"), "{err}");
+}
+
+/// A wrong registry password fails the job at start, naming the registry's refusal, with
+/// nothing written and no restart (#44).
+#[test]
+fn a_wrong_registry_password_fails_the_job_at_start_naming_the_cause() {
+    let Some(stack) = stack() else { return };
+    let Some(secure) = secure_kafka() else { return };
+    let err = fails_at_start(
+        &stack,
+        "registry-wrong",
+        &secure,
+        "basic.auth.user.info=",
+        "basic.auth.user.info=caudal:not-the-password",
+    );
+    assert!(err.contains("HTTP 401") && err.contains("basic.auth.user.info"), "{err}");
+}
+
+/// Runs the job over the secured stack with the line of the client.properties that starts
+/// with `key` replaced by `line`; it must fail within 90 s (killed at 120 s: a job that
+/// retries a refusal for ever fails the test), write nothing and never show the password.
+/// Returns its standard error.
+fn fails_at_start(stack: &Stack, name: &str, secure: &SecureKafka, key: &str, line: &str) -> String {
+    let run = new_run(stack, name);
     let text = std::fs::read_to_string(&secure.config).unwrap();
-    let wrong: String = text
-        .lines()
-        .map(|l| if l.starts_with("sasl.password=") { "sasl.password=not-the-password" } else { l })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let wrong: String =
+        text.lines().map(|l| if l.starts_with(key) { line } else { l }).collect::<Vec<_>>().join("\n");
     let config = run.ckpt.path().join("wrong.properties");
     std::fs::write(&config, wrong).unwrap();
-    let run = Run { secure: Some((secure.brokers, config)), ..run };
+    let run = Run { secure: Some((secure.brokers.clone(), config)), ..run };
     let started = Instant::now();
-    let child = spawn(&stack, &run, false, None);
+    let child = spawn(stack, &run, false, None);
     let pid = child.id();
-    // A job that retries the refusal for ever is killed (and fails the test) after 120 s.
     let (done, watch) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         if watch.recv_timeout(Duration::from_secs(120)).is_err() {
@@ -394,11 +419,11 @@ fn a_wrong_sasl_password_fails_the_job_at_start_naming_the_cause() {
     });
     let (status, err) = wait(child);
     let _ = done.send(());
-    assert!(!status.success(), "the job ran with a wrong password:\n{err}");
+    assert!(!status.success(), "the job ran with `{line}`:\n{err}");
     assert!(started.elapsed() < Duration::from_secs(90), "it took {:?} to fail", started.elapsed());
-    assert!(err.contains("authentication failed") || err.contains("Authentication failed"), "{err}");
     assert!(!err.contains("not-the-password"), "the password was shown:\n{err}");
-    assert_eq!(end_offsets(&stack, &run.readings), [0, 0], "readings were written");
+    assert_eq!(end_offsets(stack, &run.readings), [0, 0], "readings were written");
+    err
 }
 
 /// Crashed inside the restore's own commit (#12): killed after checkpoint 3's metadata is

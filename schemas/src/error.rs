@@ -67,6 +67,17 @@ pub enum Error {
         /// Transport or protocol error.
         reason: String,
     },
+
+    /// The registry cannot be reached with the settings given, and trying again will not
+    /// change that: a certificate the client does not trust (or the registry refused the
+    /// client's), a CA or key file that cannot be read, a URL that is not one.
+    #[error("schema registry {url}: {reason}")]
+    RegistryRefused {
+        /// The registry's base URL or the request's.
+        url: String,
+        /// What was refused, and what to change.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -84,7 +95,7 @@ impl Error {
     }
 
     /// True for errors that may go away on retry: the registry is unreachable or
-    /// answered 5xx / 408 / 429.
+    /// answered 5xx / 408 / 429. A refused password (401, 403) or certificate is not.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::RegistryUnavailable { .. } => true,

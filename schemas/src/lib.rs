@@ -35,17 +35,20 @@
 //! # Ok::<(), caudal_schemas::Error>(())
 //! ```
 
+pub mod client_properties;
 pub mod codec;
 pub mod compat;
 mod error;
 pub mod records;
 pub mod registry;
+pub mod registry_access;
 pub mod serdes;
 mod transcode;
 pub mod wire;
 
 pub use apache_avro;
 pub use apache_avro::Schema;
+pub use client_properties::ClientProperties;
 pub use codec::{parse_schema, AvroRecord};
 pub use compat::{check, check_backward, check_forward, CompatibilityLevel, Incompatibility};
 pub use error::{DecodeError, Error, RegistryError, Result};
@@ -54,5 +57,6 @@ pub use records::{
     UserInteractionCount, WindowStats,
 };
 pub use registry::{subject_for_topic, InMemorySchemaStore, RegistryClient, SchemaStore};
+pub use registry_access::{RegistryAccess, RegistryCredentials};
 pub use serdes::{Deserializer, Serializer};
 pub use wire::{encode_framed, parse_frame, Frame};

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::compat::{check, CompatibilityLevel, Incompatibility};
 use crate::error::{Error, RegistryError, Result};
+use crate::registry_access::RegistryAccess;
 
 /// The registry's content type for request bodies.
 pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -75,6 +76,8 @@ pub struct CompatibilityReport {
 pub struct RegistryClient {
     base_url: String,
     agent: ureq::Agent,
+    /// The `Authorization` header, when the registry asks for credentials (never shown).
+    authorization: Option<String>,
     schemas_by_id: RwLock<HashMap<u32, Arc<Schema>>>,
     ids_by_subject_schema: RwLock<HashMap<(String, String), u32>>,
 }
@@ -151,25 +154,43 @@ impl RegistryClient {
 
     /// As [`RegistryClient::new`], with a per-request timeout.
     pub fn with_timeout(base_url: &str, timeout: Duration) -> Result<Self> {
-        let trimmed = base_url.trim().trim_end_matches('/');
+        Self::connect(&RegistryAccess::from(base_url), timeout)
+    }
+
+    /// A client of the registry `access` describes (URL, credentials, TLS trust), with a
+    /// per-request timeout. The CA and key files are read here; no request is made.
+    pub fn connect(access: &RegistryAccess, timeout: Duration) -> Result<Self> {
+        let trimmed = access.url.trim().trim_end_matches('/');
         let rest = trimmed.strip_prefix("http://").or_else(|| trimmed.strip_prefix("https://"));
         if rest.is_none_or(|host| host.is_empty() || host.starts_with('/')) {
-            return Err(Error::RegistryUnavailable {
-                url: base_url.to_owned(),
+            return Err(Error::RegistryRefused {
+                url: access.url.clone(),
                 reason: "the registry URL must look like http://host:port[/path-prefix]".to_owned(),
             });
         }
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .new_agent();
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout));
+        if access.is_https() {
+            let tls = access
+                .tls_config()
+                .map_err(|reason| Error::RegistryRefused { url: trimmed.to_owned(), reason })?;
+            config = config.tls_config(tls);
+        }
         Ok(Self {
             base_url: trimmed.to_owned(),
-            agent,
+            agent: config.build().new_agent(),
+            authorization: access.authorization(),
             schemas_by_id: RwLock::new(HashMap::new()),
             ids_by_subject_schema: RwLock::new(HashMap::new()),
         })
+    }
+
+    /// Whether the registry lets this client in: one cheap request (the global
+    /// compatibility level). `Ok` when it answers; a refused password or certificate is an
+    /// error for which [`Error::is_retryable`] is false.
+    pub fn check_access(&self) -> Result<()> {
+        let _: serde_json::Value = self.request(Method::Get, "/config")?;
+        Ok(())
     }
 
     /// The base URL, without trailing slash.
@@ -284,30 +305,45 @@ impl RegistryClient {
 
     fn request<T: serde::de::DeserializeOwned>(&self, method: Method<'_>, path: &str) -> Result<T> {
         let url = format!("{}{}", self.base_url, path);
+        let authorization = self.authorization.as_deref();
         let sent = match &method {
-            Method::Get => self.agent.get(&url).header("Accept", ACCEPT).call(),
+            Method::Get => self.agent.get(&url).header("Accept", ACCEPT).authorized(authorization).call(),
             Method::Post(body) => self
                 .agent
                 .post(&url)
                 .header("Accept", ACCEPT)
+                .authorized(authorization)
                 .content_type(CONTENT_TYPE)
                 .send(body.to_string()),
             Method::Put(body) => self
                 .agent
                 .put(&url)
                 .header("Accept", ACCEPT)
+                .authorized(authorization)
                 .content_type(CONTENT_TYPE)
                 .send(body.to_string()),
         };
         let unavailable = |reason: String| Error::RegistryUnavailable { url: url.clone(), reason };
-        let mut resp = sent.map_err(|e| unavailable(e.to_string()))?;
+        let mut resp = sent.map_err(|e| match tls_refusal(&e) {
+            Some(reason) => Error::RegistryRefused { url: url.clone(), reason },
+            None => unavailable(e.to_string()),
+        })?;
         let status = resp.status().as_u16();
         let text = resp
             .body_mut()
             .read_to_string()
             .map_err(|e| unavailable(format!("reading the HTTP {status} answer: {e}")))?;
         if !(200..300).contains(&status) {
-            return Err(Error::Registry(registry_error(format!("{} {url}", method.name()), status, &text)));
+            let mut error = registry_error(format!("{} {url}", method.name()), status, &text);
+            if status == 401 || status == 403 {
+                let sent =
+                    if self.authorization.is_some() { "the credentials given" } else { "no credentials" };
+                error.message = format!(
+                    "{} — refused with {sent} (basic.auth.user.info or bearer.auth.token)",
+                    error.message
+                );
+            }
+            return Err(Error::Registry(error));
         }
         serde_json::from_str(&text).map_err(|e| {
             unavailable(format!(
@@ -315,6 +351,37 @@ impl RegistryClient {
                 truncate(&text, 200)
             ))
         })
+    }
+}
+
+/// Sets the `Authorization` header when there is one.
+trait Authorized {
+    fn authorized(self, authorization: Option<&str>) -> Self;
+}
+
+impl<B> Authorized for ureq::RequestBuilder<B> {
+    fn authorized(self, authorization: Option<&str>) -> Self {
+        match authorization {
+            Some(value) => self.header("Authorization", value),
+            None => self,
+        }
+    }
+}
+
+/// The reason, when a request failed because TLS refused a certificate (ours or the
+/// registry's): no retry mends that.
+fn tls_refusal(e: &ureq::Error) -> Option<String> {
+    let ureq::Error::Io(io) = e else { return None };
+    match io.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(why) => Some(format!(
+            "the registry's TLS certificate is not trusted ({why:?}); check \
+             schema.registry.ssl.ca.location and the URL's host name"
+        )),
+        rustls::Error::AlertReceived(alert) => Some(format!(
+            "the registry refused the TLS handshake ({alert:?}); it may want a client certificate \
+             (schema.registry.ssl.certificate.location / .key.location) or trust ours"
+        )),
+        _ => None,
     }
 }
 
@@ -461,6 +528,7 @@ mod tests {
         for bad in ["127.0.0.1:8081", "", "http://", "ftp://x"] {
             let err = RegistryClient::new(bad).unwrap_err();
             assert!(err.to_string().contains("http://host:port"), "{bad}: {err}");
+            assert!(!err.is_retryable());
         }
     }
 

@@ -16,7 +16,7 @@ mod kafka_support;
 mod cluster_support;
 
 use cluster_support::{status, stderr, temperature, Cluster};
-use kafka_support::{create_topic, oracle, read_committed, stack, unique, Stack};
+use kafka_support::{create_topic, oracle, read_committed, secure_kafka, stack, unique, Stack};
 use std::process::Command;
 
 const READINGS: u64 = 40_000;
@@ -204,4 +204,53 @@ fn a_configuration_error_in_an_executor_fails_the_job_without_restarts() {
     assert!(detail.contains("not retryable") && detail.contains("does not exist"), "{failed:#}");
     assert_eq!(failed["restarts"], 0, "{failed:#}");
     assert_eq!(failed["failures"].as_array().unwrap().len(), 1, "{failed:#}");
+}
+
+/// A secured platform in a cluster (#44): a wrong SASL password and a wrong registry
+/// password in the `--kafka-config` the executors read each fail the job at start with the
+/// refusal named, once — no restart — and the password never reaches the job manager's
+/// view.
+#[test]
+fn a_wrong_kafka_or_registry_password_fails_a_cluster_job_at_start_without_restarts() {
+    let Some(stack) = stack() else { return };
+    let Some(secure) = secure_kafka() else { return };
+    let input = unique("cluster-secure-in");
+    create_topic(&stack, &input, 2);
+    let (readings, windows) = topics(&stack, "cluster-secure");
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(&["--max-restarts", "5"]);
+    c.start_taskmanager("tm-1", 2);
+    c.wait_for_task_managers(1);
+    let text = std::fs::read_to_string(&secure.config).unwrap();
+    for (what, key, cause) in [
+        ("kafka", "sasl.password=", "uthentication failed"),
+        ("registry", "basic.auth.user.info=caudal:", "HTTP 401"),
+    ] {
+        let wrong: String = text
+            .lines()
+            .map(|l| if l.starts_with(key) { format!("{key}not-the-password") } else { l.to_owned() })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = dir.path().join(format!("{what}.properties"));
+        std::fs::write(&config, wrong).unwrap();
+        let mut args = job_args(&stack, &input, &readings, &windows);
+        let at = args.iter().position(|a| a == "--schema-registry").unwrap();
+        args.drain(at..at + 2);
+        let at = args.iter().position(|a| a == "--brokers").unwrap();
+        args[at + 1] = secure.brokers.clone();
+        args.extend(["--kafka-config".to_owned(), config.display().to_string()]);
+        let o = c.submit(2, &args);
+        assert!(o.status.success(), "submit failed: {}{}", stderr(&o), c.logs());
+        let failed = c.wait_job("temperature", 90, &format!("FAILED on the {what} password"), |j| {
+            status(j) == "FAILED" && j["detail"].as_str().is_some_and(|d| d.contains(cause))
+        });
+        let detail = failed["detail"].as_str().unwrap();
+        assert!(detail.contains("not retryable"), "{what}: {failed:#}");
+        assert_eq!(failed["restarts"], 0, "{what}: {failed:#}");
+        assert_eq!(failed["failures"].as_array().unwrap().len(), 1, "{what}: {failed:#}");
+        assert!(
+            !failed.to_string().contains("not-the-password"),
+            "{what}: the password was shown: {failed:#}"
+        );
+    }
 }

@@ -157,7 +157,7 @@ fn produce_input(args: &Args) -> anyhow::Result<String> {
             outages: Vec::new(),
         },
         brokers: args.brokers.clone(),
-        schema_registry: args.schema_registry.clone(),
+        schema_registry: args.schema_registry.as_str().into(),
         topic: input.clone(),
         properties: Vec::new(),
     };

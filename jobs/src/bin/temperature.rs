@@ -446,7 +446,7 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
     let producer = Producer {
         generator: args.sensors.generator(),
         brokers: args.kafka.brokers.clone(),
-        schema_registry: args.kafka.schema_registry.clone(),
+        schema_registry: args.kafka.registry()?,
         topic: args.topic.clone(),
         properties: args.kafka.for_producers()?,
     };
@@ -521,7 +521,7 @@ fn main() -> anyhow::Result<()> {
             Input::Generator => SourceKind::Generator(args.sensors.generator()),
             Input::Kafka => SourceKind::Kafka(KafkaInput {
                 brokers: args.kafka.brokers.clone(),
-                schema_registry: args.kafka.schema_registry.clone(),
+                schema_registry: args.kafka.registry()?,
                 topic: args.input_topic.clone(),
                 bounded: args.bounded,
                 dead_letter_topic: args.dead_letter_topic.clone(),
@@ -539,9 +539,9 @@ fn main() -> anyhow::Result<()> {
             Sink::File => SinkKind::File(args.output.clone()),
             Sink::Stdout => SinkKind::Stdout,
             Sink::Discard => SinkKind::Discard,
-            Sink::Kafka => SinkKind::Kafka(KafkaOutput {
+            Sink::Kafka => SinkKind::Kafka(Box::new(KafkaOutput {
                 brokers: args.kafka.brokers.clone(),
-                schema_registry: args.kafka.schema_registry.clone(),
+                schema_registry: args.kafka.registry()?,
                 readings_topic: args.output_topic.clone(),
                 windows_topic: args.windows_topic.clone(),
                 alerts_topic: args.alerts_topic.clone(),
@@ -553,7 +553,7 @@ fn main() -> anyhow::Result<()> {
                 transaction_timeout: Duration::from_secs(args.transaction_timeout_secs),
                 transactional_id_prefix: args.transactional_id_prefix.clone(),
                 properties: args.kafka.for_producers()?,
-            }),
+            })),
         },
         serve: ServeSinks {
             postgres: args.postgres.as_ref().map(|url| {

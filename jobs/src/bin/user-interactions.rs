@@ -88,7 +88,7 @@ fn main() -> anyhow::Result<()> {
         let config = JobConfig { web_bind: None, progress_interval: None, ..JobConfig::default() };
         let result = produce(
             (&kafka.brokers, &kafka.for_producers()?),
-            &kafka.schema_registry,
+            &kafka.registry()?,
             topic,
             (*users, *records, *seed),
             config.with_env_overrides()?,
@@ -114,7 +114,7 @@ fn main() -> anyhow::Result<()> {
     config.checkpoints.allow_non_restored_state |= args.allow_non_restored_state;
     let job = UserInteractionsJob {
         brokers: args.kafka.brokers.clone(),
-        schema_registry: args.kafka.schema_registry.clone(),
+        schema_registry: args.kafka.registry()?,
         input_topic: args.input_topic.clone(),
         output_topic: args.output_topic.clone(),
         bounded: args.bounded,

@@ -11,7 +11,6 @@
 //! * Avro in the Confluent wire format through `caudal-schemas` ([`AvroDecoder`],
 //!   [`AvroSerializer`]), or JSON.
 
-pub mod client_config;
 mod dead_letter;
 mod health;
 pub mod properties;
@@ -21,7 +20,7 @@ pub mod source;
 pub mod txn_coordinator;
 mod wire;
 
-pub use client_config::ClientProperties;
+pub use caudal_schemas::client_properties::{self, ClientProperties};
 pub use dead_letter::{
     split_dead_letters, with_dead_letters, DeadLetter, DeadLetterSerializer, Decoded, SplitDeadLetters,
     DEAD_LETTERS,

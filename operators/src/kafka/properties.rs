@@ -53,7 +53,7 @@ pub(crate) fn publish_effective(client: &ClientConfig, kind: &str, metrics: &Sub
         if key == "transactional.id" {
             continue;
         }
-        let shown = if super::client_config::is_secret(key) { "******" } else { value };
+        let shown = if caudal_schemas::client_properties::is_secret(key) { "******" } else { value };
         metrics.set_info(kafka_client_settings::name(kind, key), shown);
     }
 }

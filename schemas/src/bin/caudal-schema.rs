@@ -2,20 +2,25 @@
 //! `caudal schema check …`): is NEW compatible with the latest version of SUBJECT at the
 //! subject's compatibility level (BACKWARD unless configured otherwise)? Run it before a
 //! deploy. Exit status 0: compatible; 1: incompatible, with the reason; 2: the check could
-//! not be made (bad file, registry unreachable, unknown subject).
+//! not be made (bad file, registry unreachable or refusing, unknown subject).
+//!
+//! `--kafka-config FILE` reads the registry's URL, credentials and CA from the jobs'
+//! `client.properties` (schema.registry.url, basic.auth.*, bearer.auth.token,
+//! schema.registry.ssl.*); `--registry` names another URL.
 //!
 //! The registry also answers the same question (`--ask-registry`): both verdicts are shown
 //! and must agree.
 
-use caudal_schemas::{RegistryClient, Schema};
+use caudal_schemas::{ClientProperties, RegistryAccess, RegistryClient, Schema};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: caudal-schema check NEW.avsc --subject SUBJECT --registry URL [--ask-registry]";
+const USAGE: &str = "usage: caudal-schema check NEW.avsc --subject SUBJECT \
+                     (--registry URL | --kafka-config client.properties) [--ask-registry]";
 
 struct Check {
     file: String,
     subject: String,
-    registry: String,
+    registry: RegistryAccess,
     ask_registry: bool,
 }
 
@@ -27,19 +32,34 @@ fn parse(args: &[String]) -> Result<Check, String> {
         Some(other) => return Err(format!("unknown command `{other}`\n{USAGE}")),
     }
     let (mut file, mut subject, mut registry, mut ask_registry) = (None, None, None, false);
+    let mut config = std::env::var_os("CAUDAL_KAFKA_CONFIG").map(std::path::PathBuf::from);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--subject" => subject = it.next().cloned(),
             "--registry" => registry = it.next().cloned(),
+            "--kafka-config" => config = it.next().map(std::path::PathBuf::from),
             "--ask-registry" => ask_registry = true,
             flag if flag.starts_with("--") => return Err(format!("unknown flag `{flag}`\n{USAGE}")),
             path => file = Some(path.to_owned()),
         }
     }
-    let registry = registry.or_else(|| std::env::var("CAUDAL_SCHEMA_REGISTRY").ok());
-    match (file, subject, registry) {
+    // The URL: --registry, else the file's schema.registry.url, else $CAUDAL_SCHEMA_REGISTRY.
+    let properties = match &config {
+        Some(path) => ClientProperties::load(path).map_err(|e| format!("--kafka-config: {e}"))?,
+        None => ClientProperties::default(),
+    };
+    let fallback = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|u| !u.trim().is_empty());
+    let access = match (registry, properties.registry_value("schema.registry.url"), fallback) {
+        (None, None, None) => None,
+        (url, _, fallback) => Some(
+            RegistryAccess::from_properties(fallback.as_deref().unwrap_or_default(), &properties)
+                .map(|access| RegistryAccess { url: url.unwrap_or(access.url.clone()), ..access })
+                .map_err(|e| format!("--kafka-config: {e}"))?,
+        ),
+    };
+    match (file, subject, access) {
         (Some(file), Some(subject), Some(registry)) => Ok(Check { file, subject, registry, ask_registry }),
-        _ => Err(format!("NEW.avsc, --subject and --registry are required\n{USAGE}")),
+        _ => Err(format!("NEW.avsc, --subject and --registry (or --kafka-config) are required\n{USAGE}")),
     }
 }
 
@@ -47,7 +67,8 @@ fn run(check: &Check) -> Result<bool, String> {
     let text = std::fs::read_to_string(&check.file).map_err(|e| format!("reading {}: {e}", check.file))?;
     let new =
         Schema::parse_str(&text).map_err(|e| format!("{} is not a valid Avro schema: {e}", check.file))?;
-    let client = RegistryClient::new(&check.registry).map_err(|e| e.to_string())?;
+    let client = RegistryClient::connect(&check.registry, caudal_schemas::registry::DEFAULT_TIMEOUT)
+        .map_err(|e| e.to_string())?;
     let verdict = client.check_against_latest(&check.subject, &new).map_err(|e| e.to_string())?;
     let compatible = match &verdict {
         Ok(()) => {

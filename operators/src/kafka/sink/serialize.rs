@@ -1,7 +1,7 @@
 //! Turning a record into a Kafka key and value.
 
 use caudal::{Error, Result};
-use caudal_schemas::{AvroRecord, RegistryClient, Serializer};
+use caudal_schemas::{AvroRecord, RegistryAccess, RegistryClient, Serializer};
 use std::sync::Arc;
 
 /// Encodes records of type `T` for a Kafka topic.
@@ -26,21 +26,22 @@ pub type KeyFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) + Send + Sync>;
 
 /// Avro in the Confluent wire format, the schema registered under `<topic>-value`.
 pub struct AvroSerializer<T> {
-    registry_url: String,
+    registry: RegistryAccess,
     key: Option<KeyFn<T>>,
     serializer: Option<Serializer<T>>,
 }
 
 impl<T> std::fmt::Debug for AvroSerializer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AvroSerializer({})", self.registry_url)
+        write!(f, "AvroSerializer({})", self.registry.url)
     }
 }
 
 impl<T: AvroRecord> AvroSerializer<T> {
-    /// Registers `T`'s schema with the registry at `registry_url` when the sink starts.
-    pub fn new(registry_url: impl Into<String>) -> Self {
-        AvroSerializer { registry_url: registry_url.into(), key: None, serializer: None }
+    /// Registers `T`'s schema with the registry `registry` describes (a URL, or a
+    /// [`RegistryAccess`] with credentials and TLS trust) when the sink starts.
+    pub fn new(registry: impl Into<RegistryAccess>) -> Self {
+        AvroSerializer { registry: registry.into(), key: None, serializer: None }
     }
 
     /// Keys every record with `key(record)`, written as UTF-8 text.
@@ -56,10 +57,10 @@ impl<T: AvroRecord> AvroSerializer<T> {
 
 impl<T: AvroRecord> KafkaSerializer<T> for AvroSerializer<T> {
     fn open(&mut self, topic: &str) -> Result<()> {
-        let client = RegistryClient::new(&self.registry_url)
+        let client = RegistryClient::connect(&self.registry, caudal_schemas::registry::DEFAULT_TIMEOUT)
             .map_err(|e| Error::Config { setting: "schema-registry".into(), message: e.to_string() })?;
         let serializer = Serializer::<T>::for_topic(&client, topic).map_err(|e| {
-            let message = format!("registering the schema of `{topic}` with {}: {e}", self.registry_url);
+            let message = format!("registering the schema of `{topic}` with {}: {e}", self.registry.url);
             match e.is_retryable() {
                 true => Error::external("schema registry", message),
                 false => Error::external_refused("schema registry", message),

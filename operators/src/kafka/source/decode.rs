@@ -1,6 +1,6 @@
 //! Turning Kafka record bytes into typed records, without ever panicking on data.
 
-use caudal_schemas::{AvroRecord, Deserializer, RegistryClient};
+use caudal_schemas::{AvroRecord, Deserializer, RegistryAccess, RegistryClient};
 use std::sync::Arc;
 
 /// Why a record could not be decoded.
@@ -42,19 +42,28 @@ impl<T> std::fmt::Debug for AvroDecoder<T> {
 }
 
 impl<T: AvroRecord> AvroDecoder<T> {
-    /// A decoder resolving schema ids with the registry at `registry_url`.
-    pub fn new(registry_url: &str) -> caudal::Result<Self> {
-        let client = RegistryClient::new(registry_url).map_err(|e| caudal::Error::Config {
-            setting: "schema-registry".into(),
-            message: e.to_string(),
-        })?;
+    /// A decoder resolving schema ids with the registry `registry` describes (a URL, or a
+    /// [`RegistryAccess`] with credentials and TLS trust). The registry is asked once
+    /// whether it lets the client in: a refused password or certificate fails here, not
+    /// at the first record; a registry out of reach is only warned about.
+    pub fn new(registry: impl Into<RegistryAccess>) -> caudal::Result<Self> {
+        let access = registry.into();
+        let client = RegistryClient::connect(&access, caudal_schemas::registry::DEFAULT_TIMEOUT)
+            .map_err(|e| caudal::Error::config("schema-registry", e.to_string()))?;
+        match client.check_access() {
+            Err(e) if !e.is_retryable() => {
+                return Err(caudal::Error::external_refused("schema registry", e.to_string()))
+            }
+            Err(e) => tracing::warn!("caudal: the schema registry does not answer yet: {e}"),
+            Ok(()) => {}
+        }
         Ok(AvroDecoder { deserializer: Deserializer::new(Arc::new(client)) })
     }
 
     /// A factory for [`super::KafkaSource`].
-    pub fn factory(registry_url: &str) -> DecoderFactory<T> {
-        let url = registry_url.to_owned();
-        Arc::new(move || Ok(Box::new(AvroDecoder::<T>::new(&url)?) as Box<dyn KafkaDecoder<T>>))
+    pub fn factory(registry: impl Into<RegistryAccess>) -> DecoderFactory<T> {
+        let access = registry.into();
+        Arc::new(move || Ok(Box::new(AvroDecoder::<T>::new(access.clone())?) as Box<dyn KafkaDecoder<T>>))
     }
 }
 

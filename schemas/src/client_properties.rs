@@ -7,7 +7,6 @@
 //! does: a secret then stays out of the file. Nothing here is ever logged or shown unmasked
 //! ([`is_secret`]).
 
-use caudal::{Error, Result};
 use std::path::Path;
 
 /// The keys of a `client.properties` file, split by who takes them.
@@ -48,13 +47,12 @@ fn is_registry_key(key: &str) -> bool {
 }
 
 impl ClientProperties {
-    /// Reads `path` (`key=value` or `key: value` lines, `#` and `!` comments).
-    pub fn load(path: &Path) -> Result<Self> {
-        let setting = "--kafka-config";
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::config(setting, format!("cannot read {}: {e}", path.display())))?;
-        Self::parse(&text, |name| std::env::var(name).ok())
-            .map_err(|e| Error::config(setting, format!("{}: {e}", path.display())))
+    /// Reads `path` (`key=value` or `key: value` lines, `#` and `!` comments); the error
+    /// names the file and the line.
+    pub fn load(path: &Path) -> std::result::Result<Self, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text, |name| std::env::var(name).ok()).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Parses the text of a properties file; `env` looks up `${env:NAME}`.
