@@ -46,6 +46,10 @@ fn unique(what: &str) -> String {
 /// Where one run writes: its own PostgreSQL schema, Redis prefix, archive and output dirs.
 struct Target {
     pg_url: String,
+    /// The job's PostgreSQL URL when it is not `pg_url` (which the test reads with).
+    job_pg_url: Option<String>,
+    /// The job's Redis URL when it is not `redis_url` (which the test reads with).
+    job_redis_url: Option<String>,
     redis_url: String,
     schema: String,
     prefix: String,
@@ -69,6 +73,8 @@ impl Target {
         let name = unique(what);
         Target {
             pg_url: pg_url.into(),
+            job_pg_url: None,
+            job_redis_url: None,
             redis_url: redis_url.into(),
             prefix: format!("{name}:sensor:"),
             schema: name,
@@ -110,9 +116,9 @@ impl Target {
         for (flag, value) in [
             ("--output", self.out.display().to_string()),
             ("--checkpoint-dir", self.ckpt.display().to_string()),
-            ("--postgres", self.pg_url.clone()),
+            ("--postgres", self.job_pg_url.clone().unwrap_or_else(|| self.pg_url.clone())),
             ("--postgres-schema", self.schema.clone()),
-            ("--redis", self.redis_url.clone()),
+            ("--redis", self.job_redis_url.clone().unwrap_or_else(|| self.redis_url.clone())),
             ("--redis-prefix", self.prefix.clone()),
             ("--archive", self.archive.clone()),
         ] {
@@ -781,6 +787,7 @@ struct PrivateStack {
     dir: tempfile::TempDir,
     pg_port: u16,
     redis_port: u16,
+    redis_tls_port: u16,
 }
 
 impl PrivateStack {
@@ -796,6 +803,7 @@ impl PrivateStack {
             .env("CAUDAL_STACK_DIR", self.dir.path())
             .env("CAUDAL_POSTGRES_PORT", self.pg_port.to_string())
             .env("CAUDAL_REDIS_PORT", self.redis_port.to_string())
+            .env("CAUDAL_REDIS_TLS_PORT", self.redis_tls_port.to_string())
             .env("CAUDAL_NO_INSTALL", "1")
             // Data that survives a restart, as a production server's does (#43: the stack's
             // Redis kept nothing across one, so a test restarting it could not fail).
@@ -806,8 +814,12 @@ impl PrivateStack {
     }
 
     fn start() -> PrivateStack {
-        let s =
-            PrivateStack { dir: tempfile::tempdir().unwrap(), pg_port: free_port(), redis_port: free_port() };
+        let s = PrivateStack {
+            dir: tempfile::tempdir().unwrap(),
+            pg_port: free_port(),
+            redis_port: free_port(),
+            redis_tls_port: free_port(),
+        };
         s.services("start", &["postgres", "redis"]);
         s
     }
@@ -990,6 +1002,123 @@ fn wait_until(agent: &ureq::Agent, port: u16, ready: impl Fn(&Progress) -> bool)
         }
         assert!(Instant::now() < deadline, "the job's metrics never got there: {:?}", progress(agent, port));
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The secured endpoints of the stack: PostgreSQL and Redis over TLS with passwords, and
+/// the stack's CA; `None` (the test skipped) when the stack does not run them.
+fn secured() -> Option<(String, String, String)> {
+    let [pg_tls, redis_tls, ca] =
+        caudal_test_stack::services(["CAUDAL_POSTGRES_TLS_URL", "CAUDAL_REDIS_TLS_URL", "CAUDAL_STACK_CA"])?;
+    Some((pg_tls, redis_tls, ca))
+}
+
+/// A secured platform (#44): the PostgreSQL sinks over TLS (`sslmode=verify-full`, the
+/// stack's CA) as a role with a SCRAM password that the server refuses without TLS, and the
+/// Redis sink over TLS (`rediss://`, the same CA) as an ACL user with a password. Killed in
+/// the commit window of checkpoint 2, the restore commits what it prepared over TLS; tables
+/// and hashes equal the clean run's, each row and hash written once.
+#[test]
+fn over_tls_with_passwords_a_crash_in_the_commit_window_ends_exact() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let Some((pg_tls, redis_tls, ca)) = secured() else { return };
+    let want = clean(&pg, &redis);
+    let mut t = Target::new("tls", &pg, &redis);
+    t.job_pg_url = Some(pg_tls);
+    t.job_redis_url = Some(redis_tls);
+    t.extra = vec!["--sink".into(), "discard".into(), "--redis-tls-ca".into(), ca];
+    t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), "after-metadata-before-notify:2".into())];
+    t.log_writes();
+    pg_rows(
+        &pg,
+        &format!(
+            "ALTER SCHEMA \"{s}\" OWNER TO caudal_tls; ALTER TABLE \"{s}\".sensor_readings OWNER TO caudal_tls; \
+             ALTER TABLE \"{s}\".window_stats OWNER TO caudal_tls; ALTER TABLE \"{s}\".sensor_alerts OWNER TO caudal_tls; \
+             ALTER TABLE \"{s}\".caudal_test_writes OWNER TO caudal_tls",
+            s = t.schema
+        ),
+    );
+    let redis_writes = RedisWrites::watch(&redis, &t.prefix);
+    let (status, err) = wait(t.spawn(false));
+    assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
+    t.env.clear();
+    t.finish();
+    let got = t.results();
+    t.assert_each_row_written_once(&got, "over TLS");
+    redis_writes.assert_each_written_once("over TLS");
+    t.cleanup();
+    assert_same(&got, want, "over TLS, crashed in the commit window");
+}
+
+/// Each wrong TLS or password setting fails the job at start, naming the sink and the
+/// cause, never retried as if transient, never showing a password (#44): PostgreSQL without
+/// TLS for a role the server takes over TLS only, with a CA the server's certificate was not
+/// signed by (the system's roots), with a wrong password; Redis with a wrong password and
+/// with the system's roots.
+#[test]
+fn wrong_tls_and_password_settings_fail_the_job_at_start_naming_the_cause() {
+    let (Some(pg), Some(redis)) = (service("CAUDAL_POSTGRES_URL"), service("CAUDAL_REDIS_URL")) else {
+        return;
+    };
+    let Some((pg_tls, redis_tls, ca)) = secured() else { return };
+    let password_in = |url: &str, user: &str| {
+        url.split_once(&format!("{user}:")).unwrap().1.split_once('@').unwrap().0.to_owned()
+    };
+    let (pg_password, redis_password) =
+        (password_in(&pg_tls, "caudal_tls"), password_in(&redis_tls, "caudal_tls"));
+    let (pg_base, _) = pg_tls.split_once('?').unwrap();
+    let wrong = |url: &str, password: &str| url.replacen(&format!(":{password}@"), ":not-the-password@", 1);
+    let redis_ca = vec!["--redis-tls-ca".to_string(), ca.clone()];
+    for (what, pg_url, redis_url, extra, sink, cause) in [
+        (
+            "PostgreSQL without TLS",
+            format!("{pg_base}?sslmode=disable"),
+            redis.clone(),
+            vec![],
+            "PostgreSQL sink",
+            "no encryption",
+        ),
+        (
+            "PostgreSQL with an unknown CA",
+            format!("{pg_base}?sslmode=verify-full&sslrootcert=system"),
+            redis.clone(),
+            vec![],
+            "PostgreSQL sink",
+            "not trusted",
+        ),
+        (
+            "PostgreSQL with a wrong password",
+            wrong(&pg_tls, &pg_password),
+            redis.clone(),
+            vec![],
+            "PostgreSQL sink",
+            "password authentication failed",
+        ),
+        (
+            "Redis with a wrong password",
+            pg.clone(),
+            wrong(&redis_tls, &redis_password),
+            redis_ca,
+            "Redis sink",
+            "authentication failed",
+        ),
+        ("Redis with an unknown CA", pg.clone(), redis_tls.clone(), vec![], "Redis sink", "not trusted"),
+    ] {
+        let mut t = Target::new("tlswrong", &pg, &redis);
+        t.job_pg_url = Some(pg_url);
+        t.job_redis_url = Some(redis_url);
+        t.extra = extra;
+        let started = Instant::now();
+        let (status, err) = wait(t.spawn(false));
+        t.cleanup();
+        assert!(!status.success(), "{what}: the job ran");
+        assert!(err.contains(sink) && err.contains(cause), "{what}: {err}");
+        for secret in [&pg_password, &redis_password, &"not-the-password".to_string()] {
+            assert!(!err.contains(secret.as_str()), "{what}: a password was shown: {err}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}: retried as if transient");
     }
 }
 

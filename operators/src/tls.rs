@@ -1,4 +1,5 @@
-//! Client TLS of the connectors (the Kafka transaction client, the Iceberg REST catalog):
+//! Client TLS of the connectors (the Kafka transaction client, PostgreSQL, the Iceberg REST
+//! catalog):
 //! rustls on Caudal's aws-lc-rs provider — never a process-wide one — trusting the system's
 //! roots or the user's CA, optionally presenting a client certificate, checking the server's
 //! name unless told not to (as librdkafka's `ssl.endpoint.identification.algorithm=none`).
@@ -49,6 +50,26 @@ impl ClientTls {
                 .map_err(|e| e.to_string())?;
             builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyName { inner }))
         };
+        self.with_client_cert(builder)
+    }
+
+    /// A configuration that encrypts but trusts any server certificate (`ca` and
+    /// `verify_hostname` unused): libpq's `sslmode=require` without a root certificate.
+    /// Handshake signatures are still checked, so the peer holds the certificate's key.
+    pub fn config_unverified(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate { provider }));
+        self.with_client_cert(builder)
+    }
+
+    fn with_client_cert(
+        &self,
+        builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    ) -> Result<Arc<rustls::ClientConfig>, String> {
         let config = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
                 let key_pem =
@@ -64,6 +85,30 @@ impl ClientTls {
         };
         Ok(Arc::new(config))
     }
+}
+
+/// The TLS refusal in `e` or its causes, if there is one: the peer's certificate not
+/// trusted, or the peer refused ours — what no retry mends.
+pub(crate) fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        let found = s.downcast_ref::<rustls::Error>().or_else(|| {
+            s.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        match found {
+            Some(rustls::Error::InvalidCertificate(why)) => {
+                return Some(format!("the server's TLS certificate is not trusted ({why:?})"))
+            }
+            Some(rustls::Error::AlertReceived(alert)) => {
+                return Some(format!("the server refused the TLS handshake ({alert:?})"))
+            }
+            _ => {}
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// The system's root certificates (`SSL_CERT_FILE` / `SSL_CERT_DIR` replace them).
@@ -132,5 +177,56 @@ impl ServerCertVerifier for AnyName {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+/// Any certificate, its handshake signature checked (see [`ClientTls::config_unverified`]).
+#[derive(Debug)]
+struct AnyCertificate {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -315,6 +315,10 @@ struct Args {
     /// Prefix of the Redis hash keys.
     #[arg(long, value_name = "PREFIX", default_value = "sensor:")]
     redis_prefix: String,
+    /// PEM file of the CA a rediss:// server's certificate is signed by (default: the
+    /// system's roots).
+    #[arg(long, value_name = "FILE")]
+    redis_tls_ca: Option<PathBuf>,
     /// Also archive readings as Avro files partitioned date=YYYY-MM-DD/hour=HH/ into a
     /// directory or s3://bucket/prefix (S3 settings: CAUDAL__S3__* variables).
     #[arg(long, value_name = "URL")]
@@ -565,6 +569,7 @@ fn main() -> anyhow::Result<()> {
             redis: args.redis.as_ref().map(|url| {
                 let mut redis = RedisSinkConfig::new(url);
                 redis.key_prefix = args.redis_prefix.clone();
+                redis.tls_ca = args.redis_tls_ca.clone();
                 redis
             }),
             archive: args.archive.as_ref().map(|url| {

@@ -2,15 +2,17 @@
 //! current-thread runtime the sink owns, every call bounded by a timeout, every error
 //! classified as transient (reconnect and retry) or permanent (fail the job).
 
+use super::tls::MakeRustls;
 use crate::retry::Failure;
 use std::future::Future;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// One connection, opened lazily and dropped after any transient failure.
 pub(crate) struct Connection {
     config: tokio_postgres::Config,
+    tls: MakeRustls,
     timeout: Duration,
     client: Option<Client>,
 }
@@ -42,8 +44,8 @@ pub(crate) fn block_raw<T>(
 }
 
 impl Connection {
-    pub(crate) fn new(config: tokio_postgres::Config, timeout: Duration) -> Self {
-        Connection { config, timeout, client: None }
+    pub(crate) fn new(config: tokio_postgres::Config, tls: MakeRustls, timeout: Duration) -> Self {
+        Connection { config, tls, timeout, client: None }
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -64,7 +66,8 @@ impl Connection {
         let mut fresh = false;
         if !self.is_open() {
             self.client = None;
-            let (client, conn) = block(rt, self.timeout, "connecting", self.config.connect(NoTls))?;
+            let (client, conn) =
+                block(rt, self.timeout, "connecting", self.config.connect(self.tls.clone()))?;
             rt.spawn(async move {
                 let _ = conn.await;
             });
@@ -84,8 +87,8 @@ impl Connection {
 }
 
 /// Transient: the server is unreachable, restarting, shutting down, overloaded, or the
-/// connection broke. Permanent: everything else (authentication, permission, a missing
-/// database, invalid SQL, a constraint).
+/// connection broke. Permanent: everything else (authentication, a TLS certificate refused,
+/// permission, a missing database, invalid SQL, a constraint).
 pub(crate) fn classify(what: &str, e: &tokio_postgres::Error) -> Failure {
     let message = format!("{what}: {}", describe(e));
     if let Some(db) = e.as_db_error() {
@@ -101,6 +104,9 @@ pub(crate) fn classify(what: &str, e: &tokio_postgres::Error) -> Failure {
             || *code == SqlState::LOCK_NOT_AVAILABLE
             || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT;
         return if transient { Failure::Transient(message) } else { Failure::Permanent(message) };
+    }
+    if let Some(refusal) = super::tls::tls_refusal(e) {
+        return Failure::Permanent(format!("{what}: {refusal}"));
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     let mut io = false;

@@ -2,10 +2,10 @@
 //! [`PostgresSink`] by [`PostgresSinkConfig::build`].
 
 use super::sink::PostgresSink;
+use super::tls::MakeRustls;
 use crate::retry::RetryPolicy;
 use caudal::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::str::FromStr;
 
 /// Settings of one PostgreSQL sink (one table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,13 +65,20 @@ impl PostgresSinkConfig {
         }
     }
 
-    /// Checks every setting, naming the one at fault.
-    pub fn validate(&self) -> Result<tokio_postgres::Config> {
-        let pg = tokio_postgres::Config::from_str(&self.url).map_err(|e| {
+    /// Checks every setting, naming the one at fault (the CA and key files the URL names
+    /// are read).
+    pub fn validate(&self) -> Result<()> {
+        self.connection().map(|_| ())
+    }
+
+    /// The connection settings and the TLS connector the URL asks for, every setting
+    /// checked.
+    pub(crate) fn connection(&self) -> Result<(tokio_postgres::Config, MakeRustls)> {
+        let (pg, tls) = super::tls::parse(&self.url).map_err(|e| {
             Error::config(
                 "postgres.url",
                 format!(
-                    "cannot parse `{}`: {e}; expected postgres://user@host:port/database",
+                    "cannot use `{}`: {e}; expected postgres://user@host:port/database[?sslmode=…]",
                     redact(&self.url)
                 ),
             )
@@ -100,13 +107,13 @@ impl PostgresSinkConfig {
             return Err(Error::config("postgres.timeout_secs", "must be at least 1"));
         }
         self.retry.validate("postgres")?;
-        Ok(pg)
+        Ok((pg, tls))
     }
 
     /// Validates and builds the sink for records of type `T`.
     pub fn build<T>(&self) -> Result<PostgresSink<T>> {
-        let pg = self.validate()?;
-        Ok(PostgresSink::new(self.clone(), pg))
+        let (pg, tls) = self.connection()?;
+        Ok(PostgresSink::new(self.clone(), pg, tls))
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 
 type Map<V> = Arc<dyn Fn(&Row) -> Result<V> + Send + Sync>;
 type KeyOf<I> = Arc<dyn Fn(&I) -> i64 + Send + Sync>;
@@ -117,6 +117,9 @@ impl<I, V: Clone + Send + 'static> PostgresLookup<I, V> {
 }
 
 fn lookup_error(what: &str, e: tokio_postgres::Error) -> Error {
+    if let Some(refusal) = super::tls::tls_refusal(&e) {
+        return Error::external_refused("postgresql", format!("PostgreSQL lookup: {what}: {refusal}"));
+    }
     Error::external("postgresql", format!("PostgreSQL lookup: {what}: {}", super::client::describe(&e)))
 }
 
@@ -134,9 +137,11 @@ impl<I: Clone + Send + Sync + 'static, V: Clone + Send + Sync + 'static> AsyncFu
         Box::pin(async move {
             let client = client
                 .get_or_try_init(|| async {
-                    let (client, conn) = tokio_postgres::connect(&url, NoTls)
-                        .await
-                        .map_err(|e| lookup_error("connecting", e))?;
+                    let (config, tls) = super::tls::parse(&url).map_err(|e| {
+                        Error::config("postgres lookup url", format!("{}: {e}", super::config::redact(&url)))
+                    })?;
+                    let (client, conn) =
+                        config.connect(tls).await.map_err(|e| lookup_error("connecting", e))?;
                     tokio::spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::warn!("PostgreSQL lookup connection: {e}");

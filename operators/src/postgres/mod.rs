@@ -22,11 +22,13 @@ mod config;
 pub mod lookup;
 pub mod row;
 pub mod sink;
+pub(crate) mod tls;
 mod txn;
 
 #[cfg(test)]
 mod tests;
 
+pub(crate) use config::redact;
 pub use config::PostgresSinkConfig;
 pub use lookup::PostgresLookup;
 pub use sink::PostgresSink;

@@ -18,6 +18,7 @@ use super::buffer::{RowBuffer, Shape};
 use super::client::{block, block_raw, classify, runtime, Connection};
 use super::config::{quote, PostgresSinkConfig};
 use super::row::{to_row, SqlValue};
+use super::tls::MakeRustls;
 use super::txn::{self, EpochIds, EpochSql, HeldEpoch, PreparedEpoch, SinkState};
 use crate::retry::Failure;
 use caudal::types::MAX_WATERMARK;
@@ -285,13 +286,13 @@ fn prepared_transactions_enabled(max: &str) -> Result<(), String> {
 }
 
 impl<T> PostgresSink<T> {
-    pub(crate) fn new(config: PostgresSinkConfig, pg: tokio_postgres::Config) -> Self {
+    pub(crate) fn new(config: PostgresSinkConfig, pg: tokio_postgres::Config, tls: MakeRustls) -> Self {
         let timeout = Duration::from_secs(config.timeout_secs);
         PostgresSink {
             epoch_sql: EpochSql::new(&config.schema),
             what: format!("PostgreSQL sink ({}.{})", config.schema, config.table),
-            data: Connection::new(pg.clone(), timeout),
-            control: Connection::new(pg, timeout),
+            data: Connection::new(pg.clone(), tls.clone(), timeout),
+            control: Connection::new(pg, tls, timeout),
             config,
             rt: None,
             table: None,
@@ -342,7 +343,11 @@ impl<T> PostgresSink<T> {
     }
 
     fn data_config_db(&self) -> String {
-        self.config.validate().ok().and_then(|c| c.get_dbname().map(str::to_string)).unwrap_or_default()
+        self.config
+            .connection()
+            .ok()
+            .and_then(|(c, _)| c.get_dbname().map(str::to_string))
+            .unwrap_or_default()
     }
 
     fn timeout(&self) -> Duration {

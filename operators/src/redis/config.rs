@@ -10,8 +10,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSinkConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (the server's
+    /// certificate checked against the system's roots, or `tls_ca`).
     pub url: String,
+    /// PEM file of the CA(s) a `rediss://` server's certificate must be signed by.
+    #[serde(default)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM files of a client certificate and its key, for a server that asks for one.
+    #[serde(default)]
+    pub tls_client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Prefix of every hash key: the record with key `7` goes to `<prefix>7`.
     #[serde(default = "default_prefix")]
     pub key_prefix: String,
@@ -35,6 +42,8 @@ impl RedisSinkConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisSinkConfig {
             url: url.into(),
+            tls_ca: None,
+            tls_client_cert: None,
             key_prefix: default_prefix(),
             timeout_secs: default_timeout_secs(),
             retry: RetryPolicy::default(),
@@ -47,9 +56,35 @@ impl RedisSinkConfig {
             return Err(Error::config("redis.timeout_secs", "must be at least 1"));
         }
         self.retry.validate("redis")?;
-        ::redis::Client::open(self.url.as_str()).map_err(|e| {
-            Error::config("redis.url", format!("cannot use `{}`: {e}; expected redis://host:port/", self.url))
-        })
+        let bad = |e: &dyn std::fmt::Display| {
+            Error::config(
+                "redis.url",
+                format!(
+                    "cannot use `{}`: {e}; expected redis[s]://[user:password@]host:port/",
+                    redact(&self.url)
+                ),
+            )
+        };
+        if self.tls_ca.is_none() && self.tls_client_cert.is_none() {
+            return ::redis::Client::open(self.url.as_str()).map_err(|e| bad(&e));
+        }
+        if !self.url.starts_with("rediss://") {
+            return Err(Error::config("redis.tls_ca", "TLS settings need a rediss:// URL"));
+        }
+        let read = |setting: &str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::config(setting, format!("cannot read {}: {e}", path.display())))
+        };
+        let root_cert = self.tls_ca.as_deref().map(|ca| read("redis.tls_ca", ca)).transpose()?;
+        let client_tls = match &self.tls_client_cert {
+            Some((cert, key)) => Some(::redis::ClientTlsConfig {
+                client_cert: read("redis.tls_client_cert", cert)?,
+                client_key: read("redis.tls_client_cert", key)?,
+            }),
+            None => None,
+        };
+        ::redis::Client::build_with_tls(self.url.as_str(), ::redis::TlsCertificates { client_tls, root_cert })
+            .map_err(|e| bad(&e))
     }
 
     /// Validates and builds the sink for records of type `T`.
@@ -57,6 +92,11 @@ impl RedisSinkConfig {
         let client = self.validate()?;
         Ok(RedisSink::new(self.clone(), client))
     }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    crate::postgres::redact(url)
 }
 
 #[cfg(test)]
@@ -68,5 +108,14 @@ mod tests {
         assert!(RedisSinkConfig::new("redis://127.0.0.1:6379/").validate().is_ok());
         let e = RedisSinkConfig::new("http://x").validate().unwrap_err().to_string();
         assert!(e.contains("redis.url"), "{e}");
+        let e = RedisSinkConfig::new("http://u:secret@x").validate().unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+        let tls = RedisSinkConfig {
+            tls_ca: Some("/nonexistent/ca.pem".into()),
+            ..RedisSinkConfig::new("redis://x/")
+        };
+        assert!(tls.validate().unwrap_err().to_string().contains("rediss://"));
+        let tls = RedisSinkConfig { url: "rediss://x/".into(), ..tls };
+        assert!(tls.validate().unwrap_err().to_string().contains("/nonexistent/ca.pem"));
     }
 }

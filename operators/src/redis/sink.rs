@@ -72,6 +72,19 @@ impl<T> std::fmt::Debug for RedisSink<T> {
 /// Transient: Redis is unreachable, loading, busy, or forgot the script (restarted).
 /// Permanent: authentication, permissions, wrong types, anything else.
 fn classify(what: &str, e: &::redis::RedisError) -> Failure {
+    // redis wraps the I/O error in an Arc that hides it from the source chain: rustls's own
+    // words are the fallback.
+    let text = e.to_string();
+    let refused = crate::tls::refusal_in(e).or_else(|| {
+        (text.contains("invalid peer certificate") || text.contains("received fatal alert"))
+            .then(|| text.clone())
+    });
+    if let Some(refusal) = refused {
+        return Failure::Permanent(format!(
+            "{what}: {refusal}: the server's TLS certificate is not trusted or ours was refused; \
+             check the rediss:// host name and tls_ca"
+        ));
+    }
     let message = format!("{what}: {e}");
     let code = e.code().unwrap_or("");
     if e.is_io_error()

@@ -26,7 +26,7 @@ use iceberg::{
 };
 use std::collections::HashMap;
 use std::str::FromStr;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 const TABLE_RECORD_TYPE: &str = "TABLE";
 
@@ -74,8 +74,9 @@ impl PostgresCatalog {
     /// the catalog's tables if absent. New tables go under `warehouse` (an absolute URI).
     /// Callers open catalogs with [`super::open`], which picks the kind by URL.
     pub async fn connect(url: &str, name: &str, warehouse: &str, file_io: FileIO) -> Result<Self> {
-        let (client, connection) =
-            tokio_postgres::connect(url, NoTls).await.map_err(|e| db("connecting", e))?;
+        let (config, tls) = crate::postgres::tls::parse(url)
+            .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("catalog database URL: {e}")))?;
+        let (client, connection) = config.connect(tls).await.map_err(|e| db("connecting", e))?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("caudal: iceberg catalog connection ended: {e}");
