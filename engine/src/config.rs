@@ -29,6 +29,10 @@ pub struct JobConfig {
     /// naming another host is refused (DNS rebinding). `CAUDAL__WEB_ALLOWED_HOSTS`,
     /// comma-separated.
     pub web_allowed_hosts: Vec<String>,
+    /// A secret file (at least 16 bytes, e.g. `openssl rand -hex 32`): every request must
+    /// carry it as `Authorization: Bearer …`, or a session cookie from signing in with it.
+    /// Required off loopback (`CAUDAL__WEB_SECRET_FILE`).
+    pub web_secret_file: Option<std::path::PathBuf>,
     /// Checkpointing: interval, storage, retention, restore.
     pub checkpoints: CheckpointConfig,
     /// Keyed state (`state.backend`): RocksDB (default) or heap, cache and RocksDB tuning
@@ -147,6 +151,7 @@ impl Default for JobConfig {
             handle_signals: true,
             web_bind: None,
             web_allowed_hosts: Vec::new(),
+            web_secret_file: None,
             checkpoints: CheckpointConfig::default(),
             state: caudal_checkpoints::StateBackendConfig::default(),
             state_dir: None,
@@ -277,6 +282,9 @@ impl JobConfig {
                         .filter(|h| !h.is_empty())
                         .map(str::to_string)
                         .collect()
+                }
+                "WEB_SECRET_FILE" => {
+                    self.web_secret_file = Some(value.trim()).filter(|v| !v.is_empty()).map(Into::into)
                 }
                 "WEB_BIND" => {
                     self.web_bind = match value.trim() {

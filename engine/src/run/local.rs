@@ -39,7 +39,7 @@ pub(crate) fn execute(parts: JobParts, job_name: &str) -> Result<JobResult> {
     // the coordinator, so that a savepoint can be asked for from the first request on.
     let _web = match config.web_bind {
         Some(addr) => {
-            let server = crate::web::WebServer::start_for_job(addr, view.clone(), &config.web_allowed_hosts);
+            let server = crate::web::WebServer::start_for_job(addr, view.clone(), config);
             Some(server.inspect_err(|_| view.set_status(JobStatus::Failed))?)
         }
         None => None,

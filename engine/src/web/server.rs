@@ -104,10 +104,43 @@ impl WebServer {
     }
 
     /// Serve one job (embedded mode: what `StreamEnv::execute` does with `web_bind`).
-    pub fn start_for_job(bind: SocketAddr, job: Arc<JobView>, allowed_hosts: &[String]) -> Result<WebServer> {
+    ///
+    /// Off loopback it refuses to start without `config.web_secret_file`: stop, cancel,
+    /// savepoints and the state browser would be anyone's on the network. With the secret,
+    /// every request must carry it as a bearer token or a session cookie (sign-in page).
+    pub fn start_for_job(
+        bind: SocketAddr,
+        job: Arc<JobView>,
+        config: &crate::JobConfig,
+    ) -> Result<WebServer> {
+        let secret = config
+            .web_secret_file
+            .as_deref()
+            .map(|path| {
+                crate::cluster::auth::ClusterSecret::from_file(path)
+                    .map_err(|e| Error::config("web_secret_file (--ui-secret-file)", e.to_string()))
+            })
+            .transpose()?;
+        if !bind.ip().is_loopback() && secret.is_none() {
+            return Err(Error::config(
+                "web_bind (--ui-bind)",
+                format!(
+                    "refusing to serve the web UI and REST API on {bind} without authentication: anyone who \
+                     reaches it could stop or cancel the job, take savepoints and read its state. Give \
+                     --ui-secret-file FILE (CAUDAL__WEB_SECRET_FILE; e.g. `openssl rand -hex 32 > FILE`), whose \
+                     contents every request then carries as a bearer token or signs in with, or bind \
+                     127.0.0.1 (the default)"
+                ),
+            ));
+        }
         let registry = Arc::new(JobRegistry::new());
         registry.register(job);
-        let access = WebAccess { allowed_hosts: allowed_hosts.to_vec(), ..WebAccess::default() };
+        let access = WebAccess {
+            allowed_hosts: config.web_allowed_hosts.clone(),
+            sign_in: secret
+                .map(|secret| super::guard::Access { secret: Some(secret), client_certificate: false }),
+            tls: None,
+        };
         Self::start_with(bind, registry, axum::Router::new(), access)
     }
 

@@ -75,6 +75,10 @@ struct Args {
     /// requests naming any other host are refused (DNS rebinding).
     #[arg(long = "ui-allowed-host", value_name = "NAME")]
     ui_allowed_hosts: Vec<String>,
+    /// A secret file (e.g. `openssl rand -hex 32 > FILE`) every request to the web UI and
+    /// REST API must carry (bearer token, or sign in with it); required off loopback.
+    #[arg(long, value_name = "FILE", env = "CAUDAL__WEB_SECRET_FILE")]
+    ui_secret_file: Option<std::path::PathBuf>,
     /// Run without the web UI.
     #[arg(long)]
     no_ui: bool,
@@ -104,6 +108,7 @@ fn main() -> anyhow::Result<()> {
         parallelism: args.parallelism,
         web_bind: (!args.no_ui).then_some(args.ui_bind),
         web_allowed_hosts: args.ui_allowed_hosts.clone(),
+        web_secret_file: args.ui_secret_file.clone(),
         progress_interval: None,
         ..JobConfig::default()
     };
