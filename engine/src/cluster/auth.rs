@@ -114,19 +114,29 @@ impl ClusterSecret {
         header.strip_prefix("Bearer ").is_some_and(|t| equal(t.trim().as_bytes(), &self.bytes))
     }
 
-    /// The web UI's session cookie value: derived from the secret (HMAC), so the server keeps
-    /// no sessions and a new secret ends every session.
-    pub(crate) fn ui_session(&self) -> String {
-        self.mac(&[b"caudal web ui session v1"]).iter().map(|b| format!("{b:02x}")).collect()
+    /// The web UI's session cookie value for a session that ends at `expires` (seconds since
+    /// the Unix epoch): `<expires>.<HMAC of it under the secret>`, so the server keeps no
+    /// sessions, none outlives its end, and a new secret ends every session.
+    pub(crate) fn ui_session(&self, expires: u64) -> String {
+        let mac: String = self
+            .mac(&[b"caudal web ui session v2", expires.to_string().as_bytes()])
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{expires}.{mac}")
     }
 
-    /// Whether a `Cookie` header carries the UI's session, compared in constant time.
-    pub(crate) fn accepts_ui_session(&self, cookies: &str) -> bool {
-        let session = self.ui_session();
-        cookies
-            .split(';')
-            .filter_map(|c| c.trim().strip_prefix(UI_SESSION_COOKIE)?.strip_prefix('='))
-            .any(|v| equal(v.as_bytes(), session.as_bytes()))
+    /// Whether a `Cookie` header carries a UI session of this secret that has not ended at
+    /// `now` (seconds since the Unix epoch), compared in constant time.
+    pub(crate) fn accepts_ui_session(&self, cookies: &str, now: u64) -> bool {
+        cookies.split(';').filter_map(|c| c.trim().strip_prefix(UI_SESSION_COOKIE)?.strip_prefix('=')).any(
+            |v| {
+                let Some(expires) = v.split_once('.').and_then(|(e, _)| e.parse::<u64>().ok()) else {
+                    return false;
+                };
+                expires > now && equal(v.as_bytes(), self.ui_session(expires).as_bytes())
+            },
+        )
     }
 
     fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {

@@ -15,8 +15,11 @@
 //!   every request needs `Authorization: Bearer <secret>`, the web UI's session cookie, or —
 //!   over HTTPS — a client certificate the cluster's CA signed (see `tls.rs`). A browser that
 //!   has none is shown a sign-in page (the 401's body, nothing else), which posts the secret
-//!   to `POST /api/v1/login`; that sets `caudal_session` (HttpOnly, SameSite=Strict; an HMAC
-//!   of the secret, so the server keeps no sessions).
+//!   to `POST /api/v1/login`; that sets `caudal_session` (HttpOnly, SameSite=Strict, Secure
+//!   over HTTPS; its end time and an HMAC of it under the secret, so the server keeps no
+//!   sessions, a session ends after [`SESSION_LIFETIME`], and a new secret ends them all).
+//!   After [`MAX_FAILED_SIGN_INS`] wrong secrets within a minute, sign-ins are refused with
+//!   429 until the minute has passed.
 //!
 //! Clients that are not browsers (curl, `caudal`, scripts) send no `Origin` and are not
 //! affected beyond the content type.
@@ -26,14 +29,29 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a signed-in web UI stays signed in.
+pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// Wrong secrets a minute before sign-ins are refused for the rest of it.
+pub(crate) const MAX_FAILED_SIGN_INS: usize = 10;
 
 /// The hosts a server answers to besides IP addresses and `localhost`, and who may use it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Guard {
     allowed_hosts: Vec<String>,
     /// When set (a job manager listening off loopback), every request must prove it.
     access: Option<Access>,
+    /// The server speaks HTTPS: the session cookie is `Secure`.
+    https: bool,
+    /// When the recent wrong sign-ins were (the last minute's).
+    failed_sign_ins: Mutex<VecDeque<Instant>>,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// What a request may prove to be let in (a job manager off loopback).
@@ -47,7 +65,29 @@ pub(crate) struct Access {
 
 impl Guard {
     pub(crate) fn new(allowed_hosts: &[String], access: Option<Access>) -> Self {
-        Guard { allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(), access }
+        Guard {
+            allowed_hosts: allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(),
+            access,
+            ..Guard::default()
+        }
+    }
+
+    /// The same, serving HTTPS.
+    pub(crate) fn over_https(self, https: bool) -> Self {
+        Guard { https, ..self }
+    }
+
+    /// Counts a wrong sign-in; true when there were too many in the last minute.
+    fn too_many_failed_sign_ins(&self, failed_now: bool) -> bool {
+        let mut failed = self.failed_sign_ins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        while failed.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60)) {
+            failed.pop_front();
+        }
+        if failed_now {
+            failed.push_back(now);
+        }
+        failed.len() >= MAX_FAILED_SIGN_INS
     }
 
     /// Why `host` (a `Host` header's value, `name[:port]`) is refused, if it is.
@@ -72,7 +112,7 @@ impl Guard {
         if let Some(access) = &self.access {
             let by_secret = access.secret.as_ref().is_some_and(|secret| {
                 text(header::AUTHORIZATION).is_some_and(|h| secret.accepts_bearer(h))
-                    || text(header::COOKIE).is_some_and(|c| secret.accepts_ui_session(c))
+                    || text(header::COOKIE).is_some_and(|c| secret.accepts_ui_session(c, unix_now()))
             });
             let by_certificate = access.client_certificate
                 && req
@@ -172,7 +212,7 @@ pub(crate) async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: N
         }
         Some((status, message)) => (status, Json(serde_json::json!({ "error": message }))).into_response(),
         None => match guard.access.as_ref().and_then(|a| a.secret.as_ref()) {
-            Some(secret) if is_login(&req) => sign_in(secret, req).await,
+            Some(secret) if is_login(&req) => sign_in(&guard, secret, req).await,
             _ => next.run(req).await,
         },
     }
@@ -189,9 +229,15 @@ fn wants_html(req: &Request) -> bool {
 }
 
 /// `POST /api/v1/login {"token": "<the cluster secret>"}`: sets the session cookie.
-async fn sign_in(secret: &crate::cluster::auth::ClusterSecret, req: Request) -> Response {
+async fn sign_in(guard: &Guard, secret: &crate::cluster::auth::ClusterSecret, req: Request) -> Response {
     let refused =
         |why: &str| (StatusCode::UNAUTHORIZED, Json(serde_json::json!({ "error": why }))).into_response();
+    if guard.too_many_failed_sign_ins(false) {
+        let why = format!(
+            "more than {MAX_FAILED_SIGN_INS} wrong secrets in the last minute: wait, then sign in again"
+        );
+        return (StatusCode::TOO_MANY_REQUESTS, Json(serde_json::json!({ "error": why }))).into_response();
+    }
     let Ok(body) = axum::body::to_bytes(req.into_body(), 64 * 1024).await else {
         return refused("the sign-in request is larger than 64 KiB");
     };
@@ -200,13 +246,16 @@ async fn sign_in(secret: &crate::cluster::auth::ClusterSecret, req: Request) -> 
         .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_string));
     let Some(token) = token else { return refused("expected {\"token\": \"<the cluster secret>\"}") };
     if !secret.accepts_bearer(&format!("Bearer {token}")) {
+        guard.too_many_failed_sign_ins(true);
         tracing::warn!("caudal web: a sign-in with a wrong secret was refused");
         return refused("that is not the cluster secret");
     }
+    let lifetime = SESSION_LIFETIME.as_secs();
     let cookie = format!(
-        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={lifetime}{}",
         crate::cluster::auth::UI_SESSION_COOKIE,
-        secret.ui_session()
+        secret.ui_session(unix_now() + lifetime),
+        if guard.https { "; Secure" } else { "" }
     );
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
 }
@@ -310,8 +359,19 @@ mod tests {
             g.check(&request("GET", &[host, ("authorization", "Bearer an off-loopback test secret")])),
             None
         );
-        let cookie = format!("theme=dark; caudal_session={}", secret.ui_session());
+        let cookie = format!("theme=dark; caudal_session={}", secret.ui_session(unix_now() + 60));
         assert_eq!(g.check(&request("GET", &[host, ("cookie", &cookie)])), None);
+        // An ended session, one whose end was moved, one of another secret: refused.
+        let unauthorized = |cookie: &str| g.check(&request("GET", &[host, ("cookie", cookie)])).map(|r| r.0);
+        let ended = format!("caudal_session={}", secret.ui_session(unix_now() - 1));
+        assert_eq!(unauthorized(&ended), Some(StatusCode::UNAUTHORIZED));
+        let session = secret.ui_session(unix_now() + 60);
+        let (_, mac) = session.split_once('.').unwrap();
+        let moved = format!("caudal_session={}.{mac}", unix_now() + 10 * 365 * 86400);
+        assert_eq!(unauthorized(&moved), Some(StatusCode::UNAUTHORIZED));
+        let other = crate::cluster::auth::ClusterSecret::from_bytes(b"the secret after a rotation");
+        let revoked = format!("caudal_session={}", other.ui_session(unix_now() + 60));
+        assert_eq!(unauthorized(&revoked), Some(StatusCode::UNAUTHORIZED));
         let forged = "caudal_session=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
         assert_eq!(
             g.check(&request("GET", &[host, ("cookie", forged)])).unwrap().0,
@@ -360,5 +420,43 @@ mod tests {
             }),
         );
         assert_eq!(secret_only.check(&with_peer(Some(true))).unwrap().0, StatusCode::UNAUTHORIZED);
+    }
+
+    fn sign_in_request(token: &str) -> Request {
+        Request::builder()
+            .method("POST")
+            .uri(LOGIN_PATH)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::json!({ "token": token }).to_string()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_session_ends_is_secure_over_https_and_wrong_secrets_are_rate_limited() {
+        let secret = crate::cluster::auth::ClusterSecret::from_bytes(b"a sign-in test secret, long");
+        let g = Guard::new(&[], Some(Access { secret: Some(secret.clone()), client_certificate: false }))
+            .over_https(true);
+        let ok = sign_in(&g, &secret, sign_in_request("a sign-in test secret, long")).await;
+        assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+        let cookie = ok.headers()[header::SET_COOKIE].to_str().unwrap().to_string();
+        assert!(cookie.contains("HttpOnly") && cookie.contains("; Secure"), "{cookie}");
+        assert!(cookie.contains(&format!("Max-Age={}", SESSION_LIFETIME.as_secs())), "{cookie}");
+        let value = cookie.split(';').next().unwrap().split_once('=').unwrap().1;
+        let expires: u64 = value.split_once('.').unwrap().0.parse().unwrap();
+        assert!(expires.abs_diff(unix_now() + SESSION_LIFETIME.as_secs()) < 5, "{cookie}");
+        assert!(secret.accepts_ui_session(&format!("caudal_session={value}"), unix_now()));
+        assert!(!secret.accepts_ui_session(&format!("caudal_session={value}"), expires));
+
+        for _ in 0..MAX_FAILED_SIGN_INS {
+            let r = sign_in(&g, &secret, sign_in_request("a wrong secret")).await;
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        }
+        // Now even the right secret waits for the minute to pass.
+        let r = sign_in(&g, &secret, sign_in_request("a sign-in test secret, long")).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+
+        let plain = Guard::new(&[], Some(Access { secret: Some(secret.clone()), client_certificate: false }));
+        let r = sign_in(&plain, &secret, sign_in_request("a sign-in test secret, long")).await;
+        assert!(!r.headers()[header::SET_COOKIE].to_str().unwrap().contains("Secure"));
     }
 }

@@ -60,7 +60,9 @@ impl WebServer {
                 .map_err(|e| Error::io("web server: registering the listener", e))?
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
-        let guard = Arc::new(super::guard::Guard::new(&access.allowed_hosts, access.sign_in));
+        let guard = Arc::new(
+            super::guard::Guard::new(&access.allowed_hosts, access.sign_in).over_https(access.tls.is_some()),
+        );
         let scheme = if access.tls.is_some() { "https" } else { "http" };
         let app = api::router(registry.clone())
             .merge(extra)
