@@ -729,20 +729,24 @@ postgres_post_start() {
 # Everyone connects without a password (trust) except the role caudal_pw (password caudal_pw),
 # which must authenticate with scram-sha-256 over TCP: the tests of a wrong password use it.
 # Added to an existing data directory too (the rule goes first: pg_hba.conf is first-match).
+# Puts LINES (a comment, then rules) at the top of pg_hba.conf, unless its first rule is there
+# already, and reloads it (the file is first-match; rewritten in place: it keeps its owner).
+pg_hba_prepend() { # LINE...
+  local hba tmp; hba="$(pg_dir)/data/pg_hba.conf"
+  grep -qxF "$2" "$hba" && return 0
+  tmp=$(mktemp)
+  { printf '%s\n' "$@"; cat "$hba"; } >"$tmp"
+  cat "$tmp" >"$hba"
+  rm -f "$tmp"
+  psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'SELECT pg_reload_conf()' >/dev/null \
+    || die "could not reload pg_hba.conf"
+}
+
 PG_PASSWORD_ROLE=caudal_pw
 postgres_password_role() {
-  local hba; hba="$(pg_dir)/data/pg_hba.conf"; local tmp has
-  if ! grep -q "^host all $PG_PASSWORD_ROLE " "$hba"; then
-    tmp=$(mktemp)
-    { printf '# scripts/services.sh: role %s authenticates with a password\n' "$PG_PASSWORD_ROLE"
-      printf 'host all %s 127.0.0.1/32 scram-sha-256\n' "$PG_PASSWORD_ROLE"
-      printf 'host all %s ::1/128 scram-sha-256\n' "$PG_PASSWORD_ROLE"
-      cat "$hba"; } >"$tmp"
-    cat "$tmp" >"$hba"   # rewritten in place: the file keeps its owner
-    rm -f "$tmp"
-    psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'SELECT pg_reload_conf()' >/dev/null \
-      || die "could not reload pg_hba.conf"
-  fi
+  local has
+  pg_hba_prepend "# scripts/services.sh: role $PG_PASSWORD_ROLE authenticates with a password" \
+    "host all $PG_PASSWORD_ROLE 127.0.0.1/32 scram-sha-256" "host all $PG_PASSWORD_ROLE ::1/128 scram-sha-256"
   has=$(psql -X -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -tAc \
         "SELECT 1 FROM pg_roles WHERE rolname = '$PG_PASSWORD_ROLE'" 2>/dev/null || true)
   if [[ $has != 1 ]]; then
@@ -757,18 +761,8 @@ postgres_password_role() {
 # caudal. CAUDAL_POSTGRES_TLS_URL reaches it with sslmode=verify-full and the stack's CA.
 PG_TLS_ROLE=caudal_tls
 postgres_tls_role() {
-  local hba; hba="$(pg_dir)/data/pg_hba.conf"; local tmp
-  if ! grep -q "^hostssl all $PG_TLS_ROLE " "$hba"; then
-    tmp=$(mktemp)
-    { printf '# scripts/services.sh: role %s over TLS with a password, never without TLS\n' "$PG_TLS_ROLE"
-      printf 'hostssl all %s 127.0.0.1/32 scram-sha-256\n' "$PG_TLS_ROLE"
-      printf 'hostnossl all %s 127.0.0.1/32 reject\n' "$PG_TLS_ROLE"
-      cat "$hba"; } >"$tmp"
-    cat "$tmp" >"$hba"
-    rm -f "$tmp"
-    psql -X -q -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d postgres -c 'SELECT pg_reload_conf()' >/dev/null \
-      || die "could not reload pg_hba.conf"
-  fi
+  pg_hba_prepend "# scripts/services.sh: role $PG_TLS_ROLE over TLS with a password, never without TLS" \
+    "hostssl all $PG_TLS_ROLE 127.0.0.1/32 scram-sha-256" "hostnossl all $PG_TLS_ROLE 127.0.0.1/32 reject"
   # The password goes to psql on its standard input, never on a command line.
   psql -X -q -v ON_ERROR_STOP=1 -h "$HOST" -p "$POSTGRES_PORT" -U caudal -d caudal >/dev/null <<EOF \
     || die "could not set up role $PG_TLS_ROLE"
