@@ -1026,10 +1026,18 @@ fn over_tls_with_passwords_a_crash_in_the_commit_window_ends_exact() {
     let Some((pg_tls, redis_tls, ca)) = secured() else { return };
     let want = clean(&pg, &redis);
     let mut t = Target::new("tls", &pg, &redis);
-    t.job_pg_url = Some(pg_tls);
-    t.job_redis_url = Some(redis_tls);
+    // The passwords reach the job through variables the URLs name, not on its command line.
+    let password_in =
+        |url: &str| url.split_once("caudal_tls:").unwrap().1.split_once('@').unwrap().0.to_owned();
+    let (pg_password, redis_password) = (password_in(&pg_tls), password_in(&redis_tls));
+    t.job_pg_url = Some(pg_tls.replacen(&pg_password, "${env:CAUDAL_TEST_PG_PASSWORD}", 1));
+    t.job_redis_url = Some(redis_tls.replacen(&redis_password, "${env:CAUDAL_TEST_REDIS_PASSWORD}", 1));
     t.extra = vec!["--sink".into(), "discard".into(), "--redis-tls-ca".into(), ca];
-    t.env = vec![("CAUDAL__TEST_CRASH_AT".into(), "after-metadata-before-notify:2".into())];
+    t.env = vec![
+        ("CAUDAL__TEST_CRASH_AT".into(), "after-metadata-before-notify:2".into()),
+        ("CAUDAL_TEST_PG_PASSWORD".into(), pg_password),
+        ("CAUDAL_TEST_REDIS_PASSWORD".into(), redis_password),
+    ];
     t.log_writes();
     pg_rows(
         &pg,
@@ -1043,7 +1051,7 @@ fn over_tls_with_passwords_a_crash_in_the_commit_window_ends_exact() {
     let redis_writes = RedisWrites::watch(&redis, &t.prefix);
     let (status, err) = wait(t.spawn(false));
     assert_eq!(status.signal(), Some(9), "the crash point was not reached: {status} {err}");
-    t.env.clear();
+    t.env.retain(|(k, _)| k != "CAUDAL__TEST_CRASH_AT");
     t.finish();
     let got = t.results();
     t.assert_each_row_written_once(&got, "over TLS");

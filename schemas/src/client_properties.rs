@@ -84,6 +84,13 @@ impl ClientProperties {
     }
 }
 
+/// `value` with every `${env:NAME}` replaced by the variable's value (from this process's
+/// environment): a connection URL can name its password without holding it, e.g.
+/// `postgres://app:${env:PG_PASSWORD}@db:5432/iot`.
+pub fn expand_env(value: &str) -> std::result::Result<String, String> {
+    substitute(value, &|name: &str| std::env::var(name).ok())
+}
+
 /// Replaces every `${env:NAME}` in `value` by the variable's value.
 fn substitute(value: &str, env: &impl Fn(&str) -> Option<String>) -> std::result::Result<String, String> {
     let mut out = String::new();

@@ -28,8 +28,12 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 
 /// A parsed connection URL and the TLS connector its options ask for.
+///
+/// `${env:NAME}` in the URL reads a variable (the password, typically), so neither the
+/// command line nor a saved configuration holds it.
 pub(crate) fn parse(url: &str) -> Result<(tokio_postgres::Config, MakeRustls), String> {
-    let (rest, options) = split_tls_options(url)?;
+    let url = caudal_schemas::client_properties::expand_env(url)?;
+    let (rest, options) = split_tls_options(&url)?;
     let mut config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
         let hint = if rest.contains('=') && !rest.contains("://") {
             " (TLS options are read from the URL form, postgres://…?sslmode=…)"
@@ -253,6 +257,8 @@ mod tests {
         assert!(e.contains("verify-everything"), "{e}");
         let e = mode("postgres://h/db?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem").unwrap_err();
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        let e = mode("postgres://u:${env:CAUDAL_SURELY_UNSET_VARIABLE}@h/db").unwrap_err();
+        assert!(e.contains("CAUDAL_SURELY_UNSET_VARIABLE"), "{e}");
         let e = mode("host=h dbname=db sslrootcert=/x").unwrap_err();
         assert!(e.contains("URL form"), "{e}");
     }

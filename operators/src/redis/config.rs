@@ -65,10 +65,12 @@ impl RedisSinkConfig {
                 ),
             )
         };
+        // `${env:NAME}` reads a variable (the password, typically).
+        let url = caudal_schemas::client_properties::expand_env(&self.url).map_err(|e| bad(&e))?;
         if self.tls_ca.is_none() && self.tls_client_cert.is_none() {
-            return ::redis::Client::open(self.url.as_str()).map_err(|e| bad(&e));
+            return ::redis::Client::open(url.as_str()).map_err(|e| bad(&e));
         }
-        if !self.url.starts_with("rediss://") {
+        if !url.starts_with("rediss://") {
             return Err(Error::config("redis.tls_ca", "TLS settings need a rediss:// URL"));
         }
         let read = |setting: &str, path: &std::path::Path| {
@@ -83,7 +85,7 @@ impl RedisSinkConfig {
             }),
             None => None,
         };
-        ::redis::Client::build_with_tls(self.url.as_str(), ::redis::TlsCertificates { client_tls, root_cert })
+        ::redis::Client::build_with_tls(url.as_str(), ::redis::TlsCertificates { client_tls, root_cert })
             .map_err(|e| bad(&e))
     }
 
