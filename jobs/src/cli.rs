@@ -64,15 +64,9 @@ impl KafkaArgs {
     pub fn registry(&self) -> caudal::Result<RegistryAccess> {
         let mut properties = self.client_properties()?;
         properties.kafka.extend(self.kafka_properties.iter().cloned());
-        let fallback = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|u| !u.trim().is_empty());
-        let mut access = RegistryAccess::from_properties(
-            fallback.as_deref().unwrap_or(DEFAULT_SCHEMA_REGISTRY),
-            &properties,
-        )
-        .map_err(|e| caudal::Error::config("--kafka-config", e))?;
-        if let Some(url) = &self.schema_registry {
-            access.url = url.clone();
-        }
+        let access =
+            RegistryAccess::resolve(self.schema_registry.as_deref(), &properties, DEFAULT_SCHEMA_REGISTRY)
+                .map_err(|e| caudal::Error::config("--kafka-config", e))?;
         Ok(access)
     }
 

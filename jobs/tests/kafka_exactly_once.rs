@@ -15,8 +15,8 @@ mod kafka_support;
 
 use caudal_operators::kafka::txn_coordinator::TxnCoordinatorClient;
 use kafka_support::{
-    committed_offsets, create_topic, end_offsets, oracle, read_committed, secure_kafka, stack, unique,
-    SecureKafka, Stack,
+    client_properties_with, committed_offsets, create_topic, end_offsets, oracle, read_committed,
+    secure_kafka, stack, unique, SecureKafka, Stack,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
@@ -402,9 +402,7 @@ fn a_wrong_registry_password_fails_the_job_at_start_naming_the_cause() {
 /// Returns its standard error.
 fn fails_at_start(stack: &Stack, name: &str, secure: &SecureKafka, key: &str, line: &str) -> String {
     let run = new_run(stack, name);
-    let text = std::fs::read_to_string(&secure.config).unwrap();
-    let wrong: String =
-        text.lines().map(|l| if l.starts_with(key) { line } else { l }).collect::<Vec<_>>().join("\n");
+    let wrong = client_properties_with(&secure.config, key, line);
     let config = run.ckpt.path().join("wrong.properties");
     std::fs::write(&config, wrong).unwrap();
     let run = Run { secure: Some((secure.brokers.clone(), config)), ..run };

@@ -1013,6 +1013,11 @@ fn secured() -> Option<(String, String, String)> {
     Some((pg_tls, redis_tls, ca))
 }
 
+/// The password of the stack's role `caudal_tls` in a URL of it.
+fn password_in(url: &str) -> String {
+    url.split_once("caudal_tls:").unwrap().1.split_once('@').unwrap().0.to_owned()
+}
+
 /// A secured platform (#44): the PostgreSQL sinks over TLS (`sslmode=verify-full`, the
 /// stack's CA) as a role with a SCRAM password that the server refuses without TLS, and the
 /// Redis sink over TLS (`rediss://`, the same CA) as an ACL user with a password. Killed in
@@ -1027,8 +1032,6 @@ fn over_tls_with_passwords_a_crash_in_the_commit_window_ends_exact() {
     let want = clean(&pg, &redis);
     let mut t = Target::new("tls", &pg, &redis);
     // The passwords reach the job through variables the URLs name, not on its command line.
-    let password_in =
-        |url: &str| url.split_once("caudal_tls:").unwrap().1.split_once('@').unwrap().0.to_owned();
     let (pg_password, redis_password) = (password_in(&pg_tls), password_in(&redis_tls));
     t.job_pg_url = Some(pg_tls.replacen(&pg_password, "${env:CAUDAL_TEST_PG_PASSWORD}", 1));
     t.job_redis_url = Some(redis_tls.replacen(&redis_password, "${env:CAUDAL_TEST_REDIS_PASSWORD}", 1));
@@ -1071,11 +1074,7 @@ fn wrong_tls_and_password_settings_fail_the_job_at_start_naming_the_cause() {
         return;
     };
     let Some((pg_tls, redis_tls, ca)) = secured() else { return };
-    let password_in = |url: &str, user: &str| {
-        url.split_once(&format!("{user}:")).unwrap().1.split_once('@').unwrap().0.to_owned()
-    };
-    let (pg_password, redis_password) =
-        (password_in(&pg_tls, "caudal_tls"), password_in(&redis_tls, "caudal_tls"));
+    let (pg_password, redis_password) = (password_in(&pg_tls), password_in(&redis_tls));
     let (pg_base, _) = pg_tls.split_once('?').unwrap();
     let wrong = |url: &str, password: &str| url.replacen(&format!(":{password}@"), ":not-the-password@", 1);
     let redis_ca = vec!["--redis-tls-ca".to_string(), ca.clone()];

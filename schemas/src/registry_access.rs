@@ -19,6 +19,9 @@ use std::sync::Arc;
 
 use crate::client_properties::ClientProperties;
 
+/// The variable naming the registry when neither a flag nor the client properties do.
+pub const REGISTRY_ENV: &str = "CAUDAL_SCHEMA_REGISTRY";
+
 /// What a registry client needs to reach its registry.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct RegistryAccess {
@@ -174,6 +177,18 @@ impl RegistryAccess {
         Ok(RegistryAccess { url, credentials, ca, client_cert })
     }
 
+    /// The access a command asks for: the URL from `flag` (`--schema-registry`), else
+    /// `properties`' `schema.registry.url`, else [`REGISTRY_ENV`], else `default` (empty:
+    /// none named); credentials and TLS from `properties`.
+    pub fn resolve(flag: Option<&str>, properties: &ClientProperties, default: &str) -> Result<Self, String> {
+        let fallback = std::env::var(REGISTRY_ENV).ok().filter(|u| !u.trim().is_empty());
+        let mut access = Self::from_properties(fallback.as_deref().unwrap_or(default), properties)?;
+        if let Some(url) = flag {
+            access.url = url.to_owned();
+        }
+        Ok(access)
+    }
+
     /// True when the URL is `https://`.
     pub fn is_https(&self) -> bool {
         self.url.trim_start().to_ascii_lowercase().starts_with("https://")
@@ -195,21 +210,15 @@ impl RegistryAccess {
     /// The TLS settings of an `https://` registry: the CA given (or the system's roots) and
     /// the client certificate, on rustls with the aws-lc-rs provider.
     pub(crate) fn tls_config(&self) -> Result<ureq::tls::TlsConfig, String> {
-        use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
         let read = |path: &PathBuf, what: &str| {
             std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
         };
         let roots: Vec<Certificate<'static>> = match &self.ca {
             Some(path) => {
-                let pem = read(path, "schema.registry.ssl.ca.location")?;
-                let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-                    .filter_map(|item| match item {
-                        Ok(PemItem::Certificate(c)) => Some(Ok(c)),
-                        Ok(_) => None,
-                        Err(e) => Some(Err(e)),
-                    })
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("schema.registry.ssl.ca.location {}: {e}", path.display()))?;
+                let what = "schema.registry.ssl.ca.location";
+                let certs = pem_certificates(&read(path, what)?)
+                    .map_err(|e| format!("{what} {}: {e}", path.display()))?;
                 if certs.is_empty() {
                     return Err(format!(
                         "schema.registry.ssl.ca.location {}: no PEM certificate in it",
@@ -234,13 +243,7 @@ impl RegistryAccess {
             None => None,
             Some((cert, key)) => {
                 let what = "schema.registry.ssl.certificate.location";
-                let chain: Vec<Certificate<'static>> = ureq::tls::parse_pem(&read(cert, what)?)
-                    .filter_map(|item| match item {
-                        Ok(PemItem::Certificate(c)) => Some(Ok(c)),
-                        Ok(_) => None,
-                        Err(e) => Some(Err(e)),
-                    })
-                    .collect::<Result<_, _>>()
+                let chain = pem_certificates(&read(cert, what)?)
                     .map_err(|e| format!("{what} {}: {e}", cert.display()))?;
                 let what = "schema.registry.ssl.key.location";
                 let key = PrivateKey::from_pem(&read(key, what)?)
@@ -255,6 +258,17 @@ impl RegistryAccess {
             .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .build())
     }
+}
+
+/// The certificates of a PEM file (other items, such as a key, skipped).
+fn pem_certificates(pem: &[u8]) -> Result<Vec<ureq::tls::Certificate<'static>>, ureq::Error> {
+    ureq::tls::parse_pem(pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect()
 }
 
 const KNOWN_KEYS: &[&str] = &[

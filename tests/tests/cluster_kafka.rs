@@ -16,7 +16,9 @@ mod kafka_support;
 mod cluster_support;
 
 use cluster_support::{status, stderr, temperature, Cluster};
-use kafka_support::{create_topic, oracle, read_committed, secure_kafka, stack, unique, Stack};
+use kafka_support::{
+    client_properties_with, create_topic, oracle, read_committed, secure_kafka, stack, unique, Stack,
+};
 use std::process::Command;
 
 const READINGS: u64 = 40_000;
@@ -221,16 +223,11 @@ fn a_wrong_kafka_or_registry_password_fails_a_cluster_job_at_start_without_resta
     let mut c = Cluster::start(&["--max-restarts", "5"]);
     c.start_taskmanager("tm-1", 2);
     c.wait_for_task_managers(1);
-    let text = std::fs::read_to_string(&secure.config).unwrap();
     for (what, key, cause) in [
         ("kafka", "sasl.password=", "uthentication failed"),
         ("registry", "basic.auth.user.info=caudal:", "HTTP 401"),
     ] {
-        let wrong: String = text
-            .lines()
-            .map(|l| if l.starts_with(key) { format!("{key}not-the-password") } else { l.to_owned() })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let wrong = client_properties_with(&secure.config, key, &format!("{key}not-the-password"));
         let config = dir.path().join(format!("{what}.properties"));
         std::fs::write(&config, wrong).unwrap();
         let mut args = job_args(&stack, &input, &readings, &windows);

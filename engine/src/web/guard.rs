@@ -77,17 +77,13 @@ impl Guard {
         Guard { https, ..self }
     }
 
-    /// Counts a wrong sign-in; true when there were too many in the last minute.
-    fn too_many_failed_sign_ins(&self, failed_now: bool) -> bool {
+    /// The wrong sign-ins of the last minute.
+    fn failed_sign_ins(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
         let mut failed = self.failed_sign_ins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
-        while failed.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60)) {
+        while failed.front().is_some_and(|t| t.elapsed() > Duration::from_secs(60)) {
             failed.pop_front();
         }
-        if failed_now {
-            failed.push_back(now);
-        }
-        failed.len() >= MAX_FAILED_SIGN_INS
+        failed
     }
 
     /// Why `host` (a `Host` header's value, `name[:port]`) is refused, if it is.
@@ -232,7 +228,7 @@ fn wants_html(req: &Request) -> bool {
 async fn sign_in(guard: &Guard, secret: &crate::cluster::auth::ClusterSecret, req: Request) -> Response {
     let refused =
         |why: &str| (StatusCode::UNAUTHORIZED, Json(serde_json::json!({ "error": why }))).into_response();
-    if guard.too_many_failed_sign_ins(false) {
+    if guard.failed_sign_ins().len() >= MAX_FAILED_SIGN_INS {
         let why = format!(
             "more than {MAX_FAILED_SIGN_INS} wrong secrets in the last minute: wait, then sign in again"
         );
@@ -246,7 +242,7 @@ async fn sign_in(guard: &Guard, secret: &crate::cluster::auth::ClusterSecret, re
         .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_string));
     let Some(token) = token else { return refused("expected {\"token\": \"<the cluster secret>\"}") };
     if !secret.accepts_bearer(&format!("Bearer {token}")) {
-        guard.too_many_failed_sign_ins(true);
+        guard.failed_sign_ins().push_back(Instant::now());
         tracing::warn!("caudal web: a sign-in with a wrong secret was refused");
         return refused("that is not the cluster secret");
     }

@@ -42,6 +42,13 @@ pub fn secure_kafka() -> Option<SecureKafka> {
     Some(SecureKafka { brokers, config: config.into() })
 }
 
+/// The text of the client.properties `config` with each line that starts with `key`
+/// replaced by `line` (a wrong setting for a test).
+pub fn client_properties_with(config: &std::path::Path, key: &str, line: &str) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    text.lines().map(|l| if l.starts_with(key) { line } else { l }).collect::<Vec<_>>().join("\n")
+}
+
 /// A topic name no other run used.
 pub fn unique(what: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();

@@ -48,15 +48,9 @@ fn parse(args: &[String]) -> Result<Check, String> {
         Some(path) => ClientProperties::load(path).map_err(|e| format!("--kafka-config: {e}"))?,
         None => ClientProperties::default(),
     };
-    let fallback = std::env::var("CAUDAL_SCHEMA_REGISTRY").ok().filter(|u| !u.trim().is_empty());
-    let access = match (registry, properties.registry_value("schema.registry.url"), fallback) {
-        (None, None, None) => None,
-        (url, _, fallback) => Some(
-            RegistryAccess::from_properties(fallback.as_deref().unwrap_or_default(), &properties)
-                .map(|access| RegistryAccess { url: url.unwrap_or(access.url.clone()), ..access })
-                .map_err(|e| format!("--kafka-config: {e}"))?,
-        ),
-    };
+    let access = RegistryAccess::resolve(registry.as_deref(), &properties, "")
+        .map_err(|e| format!("--kafka-config: {e}"))?;
+    let access = (!access.url.trim().is_empty()).then_some(access);
     match (file, subject, access) {
         (Some(file), Some(subject), Some(registry)) => Ok(Check { file, subject, registry, ask_registry }),
         _ => Err(format!("NEW.avsc, --subject and --registry (or --kafka-config) are required\n{USAGE}")),
